@@ -1,0 +1,66 @@
+# Every target bootstraps .venv (Python 3.10, the pinned stack in constraints.txt)
+# when it is missing or older than setup.py / constraints.txt.
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+# Python 3.10 on PATH, else the newest 3.10 under pyenv.
+PYTHON310 ?= $(shell command -v python3.10 2>/dev/null || ls -d $$(pyenv root 2>/dev/null || echo $$HOME/.pyenv)/versions/3.10.*/bin/python3.10 2>/dev/null | sort -V | tail -n 1)
+
+# Real-data overrides, e.g. make pipeline-local DATA_DIR=~/Flickr8k GLOVE=~/glove.6B.zip
+DATA_DIR ?=
+GLOVE ?=
+RESNET_WEIGHTS ?=
+OUTPUT_DIR ?= outputs
+# Extra config overrides: SET="trainer.epochs=5 trainer.per_replica_batch_size=64"
+SET ?=
+PYTEST_ARGS ?=
+
+RUN_ARGS := --output_dir=$(OUTPUT_DIR) $(if $(DATA_DIR),--data_dir=$(DATA_DIR)) \
+	$(if $(GLOVE),--glove=$(GLOVE)) $(if $(RESNET_WEIGHTS),--resnet_weights=$(RESNET_WEIGHTS)) \
+	$(foreach assignment,$(SET),--set=$(assignment))
+
+.PHONY: help install test test-fast lint bench demo-data pipeline-local clean
+
+help:
+	@echo "make pipeline-local   run the pipeline (demo data unless DATA_DIR=...)"
+	@echo "make test             run the test suite (installs .venv first if needed)"
+	@echo "make demo-data        generate the demo dataset under OUTPUT_DIR/demo_data"
+	@echo "make install | lint | bench | clean"
+
+$(STAMP): setup.py constraints.txt
+	@test -n "$(PYTHON310)" || { echo "Python 3.10 not found on PATH or under pyenv (TFX 1.16 needs <3.11). Install it, e.g. 'pyenv install 3.10.13', or pass PYTHON310=/path/to/python3.10." >&2; exit 1; }
+	@if [ -x $(PY) ] && ! $(PY) -c 'import sys; sys.exit(sys.version_info[:2] != (3, 10))'; then echo "Recreating $(VENV): it is not Python 3.10"; rm -rf $(VENV); fi
+	@test -x $(PY) || $(PYTHON310) -m venv $(VENV)
+	# The lock is a complete, resolved environment: installed as-is, no resolver.
+	$(PY) -m pip install --quiet --disable-pip-version-check --no-deps -r constraints.txt
+	$(PY) -m pip install --quiet --disable-pip-version-check --no-deps --no-build-isolation -e .
+	@# joblib 1.6 asks for cloudpickle>=3 while Beam 2.59 needs 2.2.1; harmless here (see README "Stack").
+	@$(PY) -m pip check | grep -v -e "joblib .* has requirement cloudpickle" -e "No broken requirements" | { ! grep . ; } || { echo "pip check found broken requirements (above)" >&2; exit 1; }
+	@touch $(STAMP)
+
+install: $(STAMP)
+
+test: $(STAMP)
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+test-fast: $(STAMP)
+	$(PY) -m pytest -m "not slow and not e2e" $(PYTEST_ARGS)
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check components pipeline tests benchmarks setup.py
+
+bench: $(STAMP)
+	$(PY) -m benchmarks.run --output_dir=$(OUTPUT_DIR)/bench
+
+demo-data: $(STAMP)
+	$(PY) -m pipeline.local_runner demo-data $(RUN_ARGS)
+
+pipeline-local: $(STAMP)
+	$(PY) -m pipeline.local_runner run $(RUN_ARGS)
+
+clean:
+	rm -rf $(VENV) outputs .pytest_cache build *.egg-info
+	find . -name __pycache__ -type d -prune -exec rm -rf {} +

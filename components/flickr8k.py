@@ -1,0 +1,380 @@
+"""Reader for the raw Flickr8k text layout: captions, split lists, typed rejects.
+
+Flickr8k (Hodosh, Young and Hockenmaier, 2013, "Framing Image Description as a
+Ranking Task", JAIR 47) ships as a folder of JPEGs plus text files:
+
+* ``Flickr8k.token.txt``: ``<image>.jpg#<n>\\t<caption>`` (or the Kaggle variant
+  ``captions.txt``: a CSV with header ``image,caption``);
+* ``Flickr_8k.{train,dev,test}Images.txt``: one image file name per line.
+
+The reader is pure Python (no TensorFlow, no Beam) so the Beam ingestion job,
+the TFDS builder and the tests share it. It never crashes on a bad line and never
+drops one silently: every caption line read ends either accepted (in exactly
+one split) or in :attr:`Flickr8kIndex.rejects` with a :class:`RejectReason`,
+and the same holds for split-list lines. Missing or unreadable *files* are
+configuration errors and raise :class:`Flickr8kLayoutError` with the path.
+"""
+
+from __future__ import annotations
+
+import collections
+import csv
+import dataclasses
+import enum
+import io
+import os
+import re
+from typing import Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Tuple
+
+SPLITS = ("train", "dev", "test")
+
+_TOKEN_KEY = re.compile(r"^(?P<image>[^#\t]*)#(?P<index>\d+)$")
+# Control characters other than TAB never occur in real captions; a line holding
+# them is damaged (for example a block of binary garbage that happens to decode).
+_CONTROL_CHARACTERS = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
+
+
+class Flickr8kLayoutError(ValueError):
+    """A required file of the layout is missing, unreadable or of unknown format."""
+
+
+class RejectReason(str, enum.Enum):
+    """Why a line of the text files was not accepted."""
+
+    MALFORMED_LINE = "malformed_line"
+    NON_UTF8 = "non_utf8"
+    CONTROL_CHARACTERS = "control_characters"
+    EMPTY_CAPTION = "empty_caption"
+    UNSAFE_IMAGE_NAME = "unsafe_image_name"
+    IMAGE_NOT_IN_SPLIT = "image_not_in_split"
+    IMAGE_IN_MULTIPLE_SPLITS = "image_in_multiple_splits"
+    DUPLICATE_CAPTION = "duplicate_caption"
+    MISSING_IMAGE_FILE = "missing_image_file"
+    # Split-list lines only.
+    DUPLICATE_SPLIT_ENTRY = "duplicate_split_entry"
+    UNKNOWN_IMAGE = "unknown_image"
+
+
+CAPTION_LINE = "caption_line"
+SPLIT_LINE = "split_line"
+
+
+@dataclasses.dataclass(frozen=True)
+class Reject:
+    """One line that was not accepted, and why."""
+
+    kind: str  # CAPTION_LINE or SPLIT_LINE
+    source: str  # file name the line came from
+    line_number: int  # 1-based
+    reason: RejectReason
+    detail: str
+    image_id: str = ""
+    caption_index: int = -1
+
+    def to_dict(self) -> dict:
+        return {
+            "kind": self.kind, "source": self.source, "line_number": self.line_number,
+            "reason": self.reason.value, "detail": self.detail,
+            "image_id": self.image_id, "caption_index": self.caption_index,
+        }
+
+
+@dataclasses.dataclass(frozen=True)
+class Caption:
+    index: int
+    text: str
+    line_number: int
+
+
+@dataclasses.dataclass(frozen=True)
+class ImageRecord:
+    """An accepted image: its split and its accepted captions, in file order."""
+
+    image_id: str
+    split: str
+    captions: Tuple[Caption, ...]
+
+
+@dataclasses.dataclass(frozen=True)
+class Flickr8kIndex:
+    """Everything the reader learnt, with the accounting that proves nothing was lost."""
+
+    images: Mapping[str, Tuple[ImageRecord, ...]]  # split -> images sorted by id
+    rejects: Tuple[Reject, ...]
+    caption_lines_read: int
+    split_lines_read: int
+    blank_lines: int
+
+    @property
+    def captions_accepted(self) -> int:
+        return sum(len(image.captions) for image in self.records())
+
+    def records(self) -> Iterator[ImageRecord]:
+        for split in SPLITS:
+            yield from self.images.get(split, ())
+
+    def rejected(self, kind: str) -> int:
+        return sum(1 for reject in self.rejects if reject.kind == kind)
+
+    def reject_counts(self, kind: Optional[str] = None) -> Dict[str, int]:
+        return dict(collections.Counter(
+            reject.reason.value for reject in self.rejects if kind in (None, reject.kind)))
+
+    def summary(self) -> dict:
+        """Counts for logs and tests. Always: caption_lines_read == captions_accepted
+        + caption_lines_rejected, and split_lines_read == split entries accepted +
+        split_lines_rejected."""
+        return {
+            "images_per_split": {split: len(self.images.get(split, ())) for split in SPLITS},
+            "captions_per_split": {
+                split: sum(len(image.captions) for image in self.images.get(split, ()))
+                for split in SPLITS},
+            "caption_lines_read": self.caption_lines_read,
+            "captions_accepted": self.captions_accepted,
+            "caption_lines_rejected": self.rejected(CAPTION_LINE),
+            "split_lines_read": self.split_lines_read,
+            "split_lines_rejected": self.rejected(SPLIT_LINE),
+            "blank_lines": self.blank_lines,
+            "caption_rejects_by_reason": self.reject_counts(CAPTION_LINE),
+            "split_rejects_by_reason": self.reject_counts(SPLIT_LINE),
+        }
+
+
+def is_plain_file_name(name: str) -> bool:
+    """True for a bare file name that cannot escape the folder it is joined to."""
+    return bool(name) and name not in (".", "..") and not any(
+        separator in name for separator in ("/", "\\", "\x00")) and not (
+            len(name) >= 2 and name[1] == ":")
+
+
+def read_flickr8k(
+    data_dir: str,
+    captions_file: str = "Flickr8k_text/Flickr8k.token.txt",
+    split_files: Optional[Mapping[str, str]] = None,
+    image_dir: Optional[str] = None,
+) -> Flickr8kIndex:
+    """Reads a Flickr8k-layout folder.
+
+    Args:
+      data_dir: root of the layout; relative file arguments are joined to it.
+      captions_file: the token file or a Kaggle ``captions.txt`` (format detected
+        from its first line).
+      split_files: split name -> split-list file; defaults to the official names.
+      image_dir: when given, captions of images with no file in this folder are
+        rejected as ``missing_image_file`` (one directory listing, no file reads;
+        decoding problems are the ingestion job's to find).
+
+    Returns:
+      A :class:`Flickr8kIndex`.
+
+    Raises:
+      Flickr8kLayoutError: a required file is missing or of unknown format.
+    """
+    if split_files is None:
+        split_files = {
+            "train": "Flickr8k_text/Flickr_8k.trainImages.txt",
+            "dev": "Flickr8k_text/Flickr_8k.devImages.txt",
+            "test": "Flickr8k_text/Flickr_8k.testImages.txt",
+        }
+    unknown_splits = set(split_files) - set(SPLITS)
+    if unknown_splits:
+        raise Flickr8kLayoutError(f"Unknown split names {sorted(unknown_splits)}; expected {SPLITS}.")
+
+    rejects: List[Reject] = []
+    blank_lines = 0
+
+    # 1. Split lists: image -> split, rejecting duplicates and unsafe names.
+    # image -> [(split, source, line number)] for every accepted split-list line.
+    listings: Dict[str, List[Tuple[str, str, int]]] = collections.defaultdict(list)
+    split_lines_read = 0
+    for split in SPLITS:
+        if split not in split_files:
+            continue
+        path = _resolve(data_dir, split_files[split])
+        source = os.path.basename(path)
+        seen_here = set()
+        for line_number, text, decode_error in _read_lines(path):
+            if text is not None and not text.strip():
+                blank_lines += 1
+                continue
+            split_lines_read += 1
+            image_id = (text or "").strip()
+            if decode_error:
+                reason, detail = RejectReason.NON_UTF8, decode_error
+            elif not is_plain_file_name(image_id):
+                reason, detail = RejectReason.UNSAFE_IMAGE_NAME, f"{image_id!r} is not a plain file name"
+            elif image_id in seen_here:
+                reason, detail = RejectReason.DUPLICATE_SPLIT_ENTRY, f"listed twice in {source}"
+            else:
+                seen_here.add(image_id)
+                listings[image_id].append((split, source, line_number))
+                continue
+            rejects.append(Reject(SPLIT_LINE, source, line_number, reason, detail, image_id))
+    split_of = {image_id: entries[0][0] for image_id, entries in listings.items()}
+    splits_of = {image_id: ", ".join(entry[0] for entry in entries)
+                 for image_id, entries in listings.items()}
+    in_multiple_splits = {image_id for image_id, entries in listings.items() if len(entries) > 1}
+
+    # 2. Captions.
+    image_files = None
+    if image_dir is not None:
+        if not os.path.isdir(image_dir):
+            raise Flickr8kLayoutError(f"Image folder {image_dir!r} does not exist.")
+        image_files = set(os.listdir(image_dir))
+
+    captions_path = _resolve(data_dir, captions_file)
+    captions_source = os.path.basename(captions_path)
+    captions_of: Dict[str, List[Caption]] = collections.defaultdict(list)
+    seen_pairs = set()
+    caption_lines_read = 0
+    for parsed in _parse_caption_lines(captions_path):
+        if parsed.blank:
+            blank_lines += 1
+            continue
+        caption_lines_read += 1
+
+        if parsed.error is not None:
+            reason, detail = parsed.error
+        elif not is_plain_file_name(parsed.image_id):
+            reason, detail = RejectReason.UNSAFE_IMAGE_NAME, f"{parsed.image_id!r} is not a plain file name"
+        elif not parsed.caption.strip():
+            reason, detail = RejectReason.EMPTY_CAPTION, "caption is empty"
+        elif parsed.image_id in in_multiple_splits:
+            reason, detail = RejectReason.IMAGE_IN_MULTIPLE_SPLITS, f"listed in {splits_of[parsed.image_id]}"
+        elif parsed.image_id not in split_of:
+            reason, detail = RejectReason.IMAGE_NOT_IN_SPLIT, "image is in no split list"
+        elif image_files is not None and parsed.image_id not in image_files:
+            reason, detail = RejectReason.MISSING_IMAGE_FILE, f"no file {parsed.image_id} in the image folder"
+        elif (parsed.image_id, parsed.caption) in seen_pairs:
+            reason, detail = RejectReason.DUPLICATE_CAPTION, "same caption already accepted for this image"
+        else:
+            seen_pairs.add((parsed.image_id, parsed.caption))
+            captions_of[parsed.image_id].append(
+                Caption(parsed.caption_index, parsed.caption, parsed.line_number))
+            continue
+        rejects.append(Reject(CAPTION_LINE, captions_source, parsed.line_number, reason, detail,
+                              parsed.image_id, parsed.caption_index))
+
+    # 3. Split-list lines of images in two splits, or that no accepted caption refers to.
+    for image_id, entries in sorted(listings.items()):
+        if image_id in in_multiple_splits:
+            reason, detail = RejectReason.IMAGE_IN_MULTIPLE_SPLITS, f"listed in {splits_of[image_id]}"
+        elif image_id not in captions_of:
+            reason, detail = RejectReason.UNKNOWN_IMAGE, "no accepted caption refers to this image"
+        else:
+            continue
+        for _, source, line_number in entries:
+            rejects.append(Reject(SPLIT_LINE, source, line_number, reason, detail, image_id))
+
+    images = {split: [] for split in SPLITS}
+    for image_id in sorted(captions_of):
+        images[split_of[image_id]].append(
+            ImageRecord(image_id, split_of[image_id], tuple(captions_of[image_id])))
+    return Flickr8kIndex(
+        images={split: tuple(records) for split, records in images.items()},
+        rejects=tuple(rejects), caption_lines_read=caption_lines_read,
+        split_lines_read=split_lines_read, blank_lines=blank_lines)
+
+
+@dataclasses.dataclass(frozen=True)
+class _ParsedCaptionLine:
+    line_number: int
+    image_id: str = ""
+    caption_index: int = -1
+    caption: str = ""
+    error: Optional[Tuple[RejectReason, str]] = None
+    blank: bool = False
+
+
+def _resolve(data_dir: str, path: str) -> str:
+    resolved = path if os.path.isabs(path) else os.path.join(data_dir, path)
+    if not os.path.isfile(resolved):
+        raise Flickr8kLayoutError(f"Required Flickr8k file not found: {resolved}")
+    return resolved
+
+
+def _read_lines(path: str) -> Iterator[Tuple[int, Optional[str], str]]:
+    """Yields (line number, text or None, decode error) per line; CRLF tolerated."""
+    with open(path, "rb") as stream:
+        for line_number, raw in enumerate(stream, start=1):
+            raw = raw.rstrip(b"\n").rstrip(b"\r")
+            try:
+                yield line_number, raw.decode("utf-8"), ""
+            except UnicodeDecodeError as error:
+                yield line_number, None, f"not UTF-8 at byte {error.start}"
+
+
+def _parse_caption_lines(path: str) -> Iterator[_ParsedCaptionLine]:
+    with open(path, "rb") as stream:
+        head = stream.readline()
+    if head.lstrip(b"\xef\xbb\xbf").strip().lower() == b"image,caption":
+        yield from _parse_kaggle_csv(path)
+    else:
+        yield from _parse_token_file(path)
+
+
+def _parse_token_file(path: str) -> Iterator[_ParsedCaptionLine]:
+    for line_number, text, decode_error in _read_lines(path):
+        if decode_error:
+            yield _ParsedCaptionLine(line_number, error=(RejectReason.NON_UTF8, decode_error))
+            continue
+        if not text.strip():
+            yield _ParsedCaptionLine(line_number, blank=True)
+            continue
+        key, tab, caption = text.partition("\t")
+        match = _TOKEN_KEY.match(key)
+        if not tab or match is None:
+            yield _ParsedCaptionLine(line_number, error=(
+                RejectReason.MALFORMED_LINE,
+                "expected '<image>#<n><TAB><caption>'" + ("" if tab else " (no TAB)")))
+            continue
+        yield _caption_line(line_number, match.group("image"), int(match.group("index")), caption)
+
+
+def _parse_kaggle_csv(path: str) -> Iterator[_ParsedCaptionLine]:
+    """The Kaggle ``captions.txt``: no caption index, so captions are numbered per image."""
+    next_index: Dict[str, int] = collections.defaultdict(int)
+    for line_number, text, decode_error in _read_lines(path):
+        if line_number == 1:
+            continue  # header, checked by the caller
+        if decode_error:
+            yield _ParsedCaptionLine(line_number, error=(RejectReason.NON_UTF8, decode_error))
+            continue
+        if not text.strip():
+            yield _ParsedCaptionLine(line_number, blank=True)
+            continue
+        try:
+            fields = next(csv.reader(io.StringIO(text)))
+        except csv.Error as error:
+            fields, detail = [], str(error)
+        else:
+            detail = f"expected 2 CSV fields, got {len(fields)}"
+        if len(fields) != 2:
+            yield _ParsedCaptionLine(line_number, error=(RejectReason.MALFORMED_LINE, detail))
+            continue
+        image_id, caption = fields
+        caption_index = next_index[image_id]
+        next_index[image_id] += 1
+        yield _caption_line(line_number, image_id, caption_index, caption)
+
+
+def _caption_line(line_number: int, image_id: str, caption_index: int,
+                  caption: str) -> _ParsedCaptionLine:
+    if _CONTROL_CHARACTERS.search(caption) or _CONTROL_CHARACTERS.search(image_id):
+        return _ParsedCaptionLine(line_number, image_id, caption_index, caption, error=(
+            RejectReason.CONTROL_CHARACTERS, "line holds control characters (damaged file?)"))
+    return _ParsedCaptionLine(line_number, image_id.strip(), caption_index, caption.strip())
+
+
+def write_token_file(path: str, captions: Iterable[Tuple[str, Sequence[str]]]) -> None:
+    """Writes ``(image_id, [caption, ...])`` pairs in the official token format."""
+    with open(path, "w", encoding="utf-8", newline="\n") as stream:
+        for image_id, image_captions in captions:
+            for caption_index, caption in enumerate(image_captions):
+                stream.write(f"{image_id}#{caption_index}\t{caption}\n")
+
+
+def write_split_file(path: str, image_ids: Iterable[str]) -> None:
+    with open(path, "w", encoding="utf-8", newline="\n") as stream:
+        for image_id in image_ids:
+            stream.write(f"{image_id}\n")
