@@ -1,0 +1,80 @@
+"""``make bench``: every benchmark measured side by side in one run, printed as ratios.
+
+Each benchmark compares the project's code with a ceiling (the fastest plain
+way to do the same work on this machine) or with the original pattern it
+replaces, and prints the measured figures and their ratio; results also go to
+``<output_dir>/bench.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+
+from absl import logging
+
+from components import flickr8k
+
+SAMPLE_TEXT_DIR = os.path.join(os.path.dirname(__file__), "..", "..", "shared", "data",
+                               "flickr8k_sample")
+
+
+def _best_of(repeats, function):
+    timings = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        function()
+        timings.append(time.perf_counter() - start)
+    return min(timings)
+
+
+def bench_reader(data_dir: str) -> dict:
+    """Reader over the real token file vs a bare split of the same lines (the ceiling)."""
+    token_path = os.path.join(data_dir, "Flickr8k_text", "Flickr8k.token.txt")
+
+    def bare_split():
+        with open(token_path, encoding="utf-8") as stream:
+            return [line.split("\t", 1) for line in stream]
+
+    def reader():
+        return flickr8k.read_flickr8k(data_dir)
+
+    lines = len(bare_split())
+    ceiling_s = _best_of(5, bare_split)
+    reader_s = _best_of(5, reader)
+    return {
+        "name": "reader: Flickr8k.token.txt lines/s",
+        "lines": lines,
+        "reader_lines_per_s": round(lines / reader_s),
+        "bare_split_lines_per_s": round(lines / ceiling_s),
+        "reader_vs_bare_split": round(ceiling_s / reader_s, 3),
+    }
+
+
+def main(argv=None) -> int:
+    logging.set_verbosity(logging.INFO)
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--output_dir", default="outputs/bench")
+    parser.add_argument("--data_dir", default=SAMPLE_TEXT_DIR,
+                        help="Flickr8k layout whose text files the reader benchmark reads")
+    args = parser.parse_args(sys.argv[1:] if argv is None else argv)
+    results = []
+    if os.path.isdir(args.data_dir):
+        results.append(bench_reader(args.data_dir))
+    else:
+        print(f"reader benchmark skipped: no Flickr8k text files at {args.data_dir}")
+    os.makedirs(args.output_dir, exist_ok=True)
+    with open(os.path.join(args.output_dir, "bench.json"), "w", encoding="utf-8") as stream:
+        json.dump(results, stream, indent=2)
+    for result in results:
+        print(result.pop("name"))
+        for key, value in result.items():
+            print(f"  {key:>28}: {value}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
