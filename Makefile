@@ -6,8 +6,12 @@ SHELL := /bin/bash
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
-# Python 3.10 on PATH, else the newest 3.10 under pyenv.
-PYTHON310 ?= $(shell command -v python3.10 2>/dev/null || ls -d $$(pyenv root 2>/dev/null || echo $$HOME/.pyenv)/versions/3.10.*/bin/python3.10 2>/dev/null | sort -V | tail -n 1)
+# Python 3.10 on PATH, else the newest 3.10 under pyenv. Each candidate is run, since a
+# pyenv shim named python3.10 exists even when that version is not selected.
+ifndef PYTHON310
+PYTHON310 := $(shell for candidate in $$(command -v python3.10) $$(ls -d $$(pyenv root 2>/dev/null || echo $$HOME/.pyenv)/versions/3.10.*/bin/python3.10 2>/dev/null | sort -rV); do \
+	if "$$candidate" -c 'import sys; sys.exit(sys.version_info[:2] != (3, 10))' >/dev/null 2>&1; then echo "$$candidate"; break; fi; done)
+endif
 
 # Real-data overrides, e.g. make pipeline-local DATA_DIR=~/Flickr8k GLOVE=~/glove.6B.zip
 DATA_DIR ?=
