@@ -24,7 +24,7 @@ import enum
 import io
 import os
 import re
-from typing import Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Tuple
+from typing import BinaryIO, Callable, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Tuple
 
 SPLITS = ("train", "dev", "test")
 
@@ -152,6 +152,7 @@ def read_flickr8k(
     captions_file: str = "Flickr8k_text/Flickr8k.token.txt",
     split_files: Optional[Mapping[str, str]] = None,
     image_dir: Optional[str] = None,
+    open_binary: Optional[Callable[[str], BinaryIO]] = None,
 ) -> Flickr8kIndex:
     """Reads a Flickr8k-layout folder.
 
@@ -163,6 +164,8 @@ def read_flickr8k(
       image_dir: when given, captions of images with no file in this folder are
         rejected as ``missing_image_file`` (one directory listing, no file reads;
         decoding problems are the ingestion job's to find).
+      open_binary: opens a path for binary reading; defaults to the local file
+        system (the Beam job passes ``FileSystems.open`` for ``gs://`` paths).
 
     Returns:
       A :class:`Flickr8kIndex`.
@@ -180,6 +183,7 @@ def read_flickr8k(
     if unknown_splits:
         raise Flickr8kLayoutError(f"Unknown split names {sorted(unknown_splits)}; expected {SPLITS}.")
 
+    open_binary = open_binary or _open_local
     rejects: List[Reject] = []
     blank_lines = 0
 
@@ -193,7 +197,7 @@ def read_flickr8k(
         path = _resolve(data_dir, split_files[split])
         source = os.path.basename(path)
         seen_here = set()
-        for line_number, text, decode_error in _read_lines(path):
+        for line_number, text, decode_error in _read_lines(path, open_binary):
             if text is not None and not text.strip():
                 blank_lines += 1
                 continue
@@ -227,7 +231,7 @@ def read_flickr8k(
     captions_of: Dict[str, List[Caption]] = collections.defaultdict(list)
     seen_pairs = set()
     caption_lines_read = 0
-    for parsed in _parse_caption_lines(captions_path):
+    for parsed in _parse_caption_lines(captions_path, open_binary):
         if parsed.blank:
             blank_lines += 1
             continue
@@ -286,16 +290,25 @@ class _ParsedCaptionLine:
     blank: bool = False
 
 
+def _open_local(path: str) -> BinaryIO:
+    return open(path, "rb")
+
+
 def _resolve(data_dir: str, path: str) -> str:
-    resolved = path if os.path.isabs(path) else os.path.join(data_dir, path)
-    if not os.path.isfile(resolved):
-        raise Flickr8kLayoutError(f"Required Flickr8k file not found: {resolved}")
-    return resolved
+    return path if os.path.isabs(path) or "://" in path else os.path.join(data_dir, path)
 
 
-def _read_lines(path: str) -> Iterator[Tuple[int, Optional[str], str]]:
+def _open_required(path: str, open_binary: Callable[[str], BinaryIO]) -> BinaryIO:
+    try:
+        return open_binary(path)
+    except Exception as error:  # FileNotFoundError locally, BeamIOError and others remotely
+        raise Flickr8kLayoutError(f"Required Flickr8k file not readable: {path} ({error})") from error
+
+
+def _read_lines(path: str, open_binary: Callable[[str], BinaryIO]
+                ) -> Iterator[Tuple[int, Optional[str], str]]:
     """Yields (line number, text or None, decode error) per line; CRLF tolerated."""
-    with open(path, "rb") as stream:
+    with _open_required(path, open_binary) as stream:
         for line_number, raw in enumerate(stream, start=1):
             raw = raw.rstrip(b"\n").rstrip(b"\r")
             try:
@@ -304,17 +317,19 @@ def _read_lines(path: str) -> Iterator[Tuple[int, Optional[str], str]]:
                 yield line_number, None, f"not UTF-8 at byte {error.start}"
 
 
-def _parse_caption_lines(path: str) -> Iterator[_ParsedCaptionLine]:
-    with open(path, "rb") as stream:
+def _parse_caption_lines(path: str, open_binary: Callable[[str], BinaryIO]
+                         ) -> Iterator[_ParsedCaptionLine]:
+    with _open_required(path, open_binary) as stream:
         head = stream.readline()
     if head.lstrip(b"\xef\xbb\xbf").strip().lower() == b"image,caption":
-        yield from _parse_kaggle_csv(path)
+        yield from _parse_kaggle_csv(path, open_binary)
     else:
-        yield from _parse_token_file(path)
+        yield from _parse_token_file(path, open_binary)
 
 
-def _parse_token_file(path: str) -> Iterator[_ParsedCaptionLine]:
-    for line_number, text, decode_error in _read_lines(path):
+def _parse_token_file(path: str, open_binary: Callable[[str], BinaryIO]
+                      ) -> Iterator[_ParsedCaptionLine]:
+    for line_number, text, decode_error in _read_lines(path, open_binary):
         if decode_error:
             yield _ParsedCaptionLine(line_number, error=(RejectReason.NON_UTF8, decode_error))
             continue
@@ -331,10 +346,11 @@ def _parse_token_file(path: str) -> Iterator[_ParsedCaptionLine]:
         yield _caption_line(line_number, match.group("image"), int(match.group("index")), caption)
 
 
-def _parse_kaggle_csv(path: str) -> Iterator[_ParsedCaptionLine]:
+def _parse_kaggle_csv(path: str, open_binary: Callable[[str], BinaryIO]
+                      ) -> Iterator[_ParsedCaptionLine]:
     """The Kaggle ``captions.txt``: no caption index, so captions are numbered per image."""
     next_index: Dict[str, int] = collections.defaultdict(int)
-    for line_number, text, decode_error in _read_lines(path):
+    for line_number, text, decode_error in _read_lines(path, open_binary):
         if line_number == 1:
             continue  # header, checked by the caller
         if decode_error:
