@@ -3,7 +3,9 @@
 Decides paths only: builds the :class:`~components.config.PipelineConfig` from
 the command line (``--data_dir``, ``--glove``, ``--resnet_weights``,
 ``--output_dir``, ``--set section.field=value``), generates the demo dataset
-when no data folder is given, and runs the job.
+when no data folder is given, and runs :func:`pipeline.pipeline.create_pipeline`
+with ``LocalDagRunner``, a SQLite ML Metadata store and Beam's DirectRunner in
+multi-processing mode, then prints where the outputs are.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from typing import List, Optional, Sequence
 from absl import logging
 
 from components import config as config_lib
-from components import demo_data, flickr8k
+from components import demo_data
 
 
 def build_config(args: argparse.Namespace) -> config_lib.PipelineConfig:
@@ -61,27 +63,66 @@ def resolve_data(pipeline_config: config_lib.PipelineConfig) -> config_lib.Pipel
         transform=dataclasses.replace(transform, glove_path=transform.glove_path or glove_path))
 
 
-def read_dataset(pipeline_config: config_lib.PipelineConfig) -> flickr8k.Flickr8kIndex:
-    data = pipeline_config.data
-    return flickr8k.read_flickr8k(
-        data.data_dir,
-        captions_file=data.captions_file,
-        split_files={"train": data.train_split_file, "dev": data.dev_split_file,
-                     "test": data.test_split_file},
-        image_dir=os.path.join(data.data_dir, data.image_dir_name))
+def beam_pipeline_args(runtime: config_lib.RuntimeConfig) -> List[str]:
+    workers = runtime.direct_num_workers or os.cpu_count() or 1
+    args = [f"--runner={runtime.beam_runner}"]
+    if runtime.beam_runner == "DirectRunner" and workers > 1:
+        args += ["--direct_running_mode=multi_processing", f"--direct_num_workers={workers}"]
+    return args + list(runtime.extra_beam_args)
 
 
-def write_reader_report(index: flickr8k.Flickr8kIndex, output_dir: str) -> str:
-    """Writes the reader's summary and one JSON line per reject; returns the summary path."""
-    report_dir = os.path.join(output_dir, "reader")
-    os.makedirs(report_dir, exist_ok=True)
-    with open(os.path.join(report_dir, "rejects.jsonl"), "w", encoding="utf-8") as stream:
-        for reject in index.rejects:
-            stream.write(json.dumps(reject.to_dict()) + "\n")
-    summary_path = os.path.join(report_dir, "summary.json")
-    with open(summary_path, "w", encoding="utf-8") as stream:
-        json.dump(index.summary(), stream, indent=2, sort_keys=True)
-    return summary_path
+def metadata_path(output_dir: str) -> str:
+    return os.path.join(output_dir, "metadata", "metadata.sqlite")
+
+
+def run_pipeline(pipeline_config: config_lib.PipelineConfig) -> None:
+    from tfx import v1 as tfx
+
+    from components.flickr8k_gen import data_fingerprint
+    from pipeline.pipeline import create_pipeline
+
+    output_dir = os.path.abspath(pipeline_config.runtime.output_dir)
+    os.makedirs(os.path.dirname(metadata_path(output_dir)), exist_ok=True)
+    tfx.orchestration.LocalDagRunner().run(create_pipeline(
+        pipeline_config,
+        pipeline_root=os.path.join(output_dir, "pipeline_root"),
+        data_fingerprint=data_fingerprint(pipeline_config.data),
+        metadata_connection_config=tfx.orchestration.metadata.sqlite_metadata_connection_config(
+            metadata_path(output_dir)),
+        beam_pipeline_args=beam_pipeline_args(pipeline_config.runtime)))
+
+
+def latest_artifact_uri(output_dir: str, type_name: str) -> Optional[str]:
+    """The newest LIVE artifact of a type in the run's metadata store."""
+    from ml_metadata import metadata_store
+    from ml_metadata.proto import metadata_store_pb2
+
+    connection = metadata_store_pb2.ConnectionConfig()
+    connection.sqlite.filename_uri = metadata_path(output_dir)
+    connection.sqlite.connection_mode = metadata_store_pb2.SqliteMetadataSourceConfig.READONLY
+    store = metadata_store.MetadataStore(connection)
+    live = [artifact for artifact in store.get_artifacts_by_type(type_name)
+            if artifact.state == metadata_store_pb2.Artifact.LIVE]
+    return max(live, key=lambda artifact: artifact.id).uri if live else None
+
+
+def print_outputs(pipeline_config: config_lib.PipelineConfig) -> None:
+    from components import ingestion
+
+    output_dir = os.path.abspath(pipeline_config.runtime.output_dir)
+    examples_uri = latest_artifact_uri(output_dir, "Examples")
+    print(f"Data: {pipeline_config.data.data_dir}")
+    print(f"Examples: {examples_uri}")
+    if examples_uri:
+        with open(os.path.join(examples_uri, ingestion.SUMMARY_FILE), encoding="utf-8") as stream:
+            summary = json.load(stream)
+        print(f"  (image, caption) pairs read {summary['pairs_read']} = accepted "
+              f"{summary['pairs_accepted']} + rejected {summary['pairs_rejected']} "
+              f"{summary['rejected_pairs_by_reason']}")
+        print(f"  images per split: {summary['images_per_split']}")
+        print(f"  rejects: {os.path.join(examples_uri, ingestion.REJECTS_DIR)}")
+    print(f"Statistics: {latest_artifact_uri(output_dir, 'ExampleStatistics')}")
+    print(f"ML Metadata: {metadata_path(output_dir)}")
 
 
 def _parse_args(argv: Sequence[str]) -> argparse.Namespace:
@@ -105,11 +146,8 @@ def main(argv: Optional[List[str]] = None) -> int:
         print(f"Demo dataset: {pipeline_config.data.data_dir}")
         print(f"Synthetic GloVe file: {pipeline_config.transform.glove_path}")
         return 0
-    index = read_dataset(pipeline_config)
-    summary_path = write_reader_report(index, pipeline_config.runtime.output_dir)
-    summary = index.summary()
-    print(json.dumps(summary, indent=2, sort_keys=True))
-    print(f"Reader summary: {summary_path}")
+    run_pipeline(pipeline_config)
+    print_outputs(pipeline_config)
     return 0
 
 

@@ -1,11 +1,9 @@
 """Tests of the Beam ingestion job: records, rejects, accounting, determinism, real photos."""
 
 import glob
-import gzip
 import hashlib
 import json
 import os
-import shutil
 
 import apache_beam as beam
 import numpy as np

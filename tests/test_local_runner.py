@@ -1,11 +1,11 @@
-"""Tests of the local runner's config building, demo-data resolution and reader report."""
+"""Tests of the local runner: config from the command line, and the pipeline end to end."""
 
-import json
 import os
 
 import pytest
 
 from pipeline import local_runner
+from tests.test_ingestion import records_digest
 
 
 def test_make_style_arguments_become_config_overrides(tmp_path):
@@ -26,14 +26,52 @@ def test_unknown_override_stops_the_run(tmp_path):
         local_runner.build_config(args)
 
 
-def test_run_generates_demo_once_and_writes_accounting(tmp_path):
-    argv = ["run", f"--output_dir={tmp_path}", "--set", "data.demo_num_images=12"]
+def test_demo_data_generated_once(tmp_path):
+    argv = ["demo-data", f"--output_dir={tmp_path}", "--set", "data.demo_num_images=5"]
     assert local_runner.main(argv) == 0
-    demo_dir = tmp_path / "demo_data" / "seed8_n12"
-    first_mtime = os.path.getmtime(demo_dir / "Flickr8k_text" / "Flickr8k.token.txt")
-    summary = json.loads((tmp_path / "reader" / "summary.json").read_text())
-    assert summary["caption_lines_read"] == 60 == summary["captions_accepted"]
-    assert (tmp_path / "reader" / "rejects.jsonl").read_text() == ""
-    # A second run reuses the generated data instead of rewriting it.
+    token_path = tmp_path / "demo_data" / "seed8_n5" / "Flickr8k_text" / "Flickr8k.token.txt"
+    first_mtime = os.path.getmtime(token_path)
     assert local_runner.main(argv) == 0
-    assert os.path.getmtime(demo_dir / "Flickr8k_text" / "Flickr8k.token.txt") == first_mtime
+    assert os.path.getmtime(token_path) == first_mtime
+
+
+def _execution_states(output_dir):
+    from ml_metadata import metadata_store
+    from ml_metadata.proto import metadata_store_pb2
+
+    connection = metadata_store_pb2.ConnectionConfig()
+    connection.sqlite.filename_uri = local_runner.metadata_path(str(output_dir))
+    store = metadata_store.MetadataStore(connection)
+    return [metadata_store_pb2.Execution.State.Name(execution.last_known_state)
+            for execution in sorted(store.get_executions(), key=lambda execution: execution.id)]
+
+
+@pytest.mark.e2e
+def test_local_pipeline_runs_caches_and_matches_the_standalone_job(tmp_path, capsys):
+    from components import flickr8k_gen
+
+    argv = ["run", f"--output_dir={tmp_path}", "--set", "data.demo_num_images=12",
+            "--set", "runtime.direct_num_workers=1"]
+    assert local_runner.main(argv) == 0
+    printed = capsys.readouterr().out
+    assert "pairs read 60 = accepted 60 + rejected 0" in printed
+    assert _execution_states(tmp_path) == ["COMPLETE", "COMPLETE"]
+    examples_uri = local_runner.latest_artifact_uri(str(tmp_path), "Examples")
+
+    # Nothing changed: every component is a cache hit.
+    assert local_runner.main(argv) == 0
+    assert _execution_states(tmp_path)[2:] == ["CACHED", "CACHED"]
+
+    # The standalone Beam job writes the same records as the component.
+    standalone_dir = tmp_path / "standalone"
+    data_dir = tmp_path / "demo_data" / "seed8_n12"
+    assert flickr8k_gen.main([f"--data_dir={data_dir}", f"--output_dir={standalone_dir}",
+                              "--runner=DirectRunner"]) == 0
+    assert records_digest(str(standalone_dir)) == records_digest(examples_uri)
+
+    # Changed input data re-runs ingestion instead of hitting the cache.
+    with open(data_dir / "Flickr8k_text" / "Flickr8k.token.txt", "a", encoding="utf-8") as stream:
+        stream.write("demo8_00000.jpg#5\tA sixth caption .\n")
+    assert local_runner.main(argv) == 0
+    assert _execution_states(tmp_path)[4:] == ["COMPLETE", "COMPLETE"]
+    assert "pairs read 61 = accepted 61" in capsys.readouterr().out
