@@ -60,11 +60,17 @@ def main(argv=None) -> int:
     parser.add_argument("--output_dir", default="outputs/bench")
     parser.add_argument("--data_dir", default=SAMPLE_TEXT_DIR,
                         help="Flickr8k layout whose text files the reader benchmark reads")
+    parser.add_argument("--only", action="append", default=[], choices=("reader", "ingestion"),
+                        help="run only these benchmarks (repeatable)")
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)
     results = []
-    if os.path.isdir(args.data_dir):
+    if "ingestion" in args.only or not args.only:
+        from benchmarks.ingestion_bench import bench_ingestion
+
+        results.append(bench_ingestion())
+    if ("reader" in args.only or not args.only) and os.path.isdir(args.data_dir):
         results.append(bench_reader(args.data_dir))
-    else:
+    elif not os.path.isdir(args.data_dir):
         print(f"reader benchmark skipped: no Flickr8k text files at {args.data_dir}")
     os.makedirs(args.output_dir, exist_ok=True)
     with open(os.path.join(args.output_dir, "bench.json"), "w", encoding="utf-8") as stream:

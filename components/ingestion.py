@@ -11,8 +11,12 @@ One ``tf.Example`` per image, written to ``Split-train``, ``Split-dev`` and
 Every (image, caption) pair the reader saw ends either in exactly one split or
 as a row of ``rejects/rejects-*.jsonl`` (image id, caption index, stage,
 reason, detail), with a Beam counter per reason; ``ingestion_summary.json``
-holds the totals and ``read == accepted + rejected``. Beam's file sinks write
-to temporary files and rename them when the job succeeds.
+holds the totals and ``read == accepted + rejected``.
+
+Outputs are atomic: Beam's sinks write temporary files and rename them when
+the job succeeds, and the whole job writes into ``_staging-<id>/`` under the
+output directory, whose splits are moved into place only after every sink
+has finished. A killed job leaves the staging folder, never a partial split.
 
 :func:`ingest_flickr8k` builds the graph; the TFX component
 (:mod:`components.flickr8k_gen`) and the standalone job
@@ -24,6 +28,7 @@ from __future__ import annotations
 
 import json
 import os
+import uuid
 from typing import Dict, Iterable, List, NamedTuple, Tuple
 
 import apache_beam as beam
@@ -293,10 +298,23 @@ def run_ingestion(pipeline: beam.Pipeline, pipeline_config: config_lib.PipelineC
     data = pipeline_config.data
     index = read_index(data.data_dir, data)
     image_dir = os.path.join(data.data_dir, data.image_dir_name)
+    existing = [name for name in _output_names() if FileSystems.exists(os.path.join(output_dir, name))]
+    if existing:
+        raise FileExistsError(f"{output_dir} already holds {existing}; ingestion writes into a "
+                              "new or empty output directory.")
+    staging_dir = os.path.join(output_dir, f"_staging-{uuid.uuid4().hex}")
     _ = pipeline | "IngestFlickr8k" >> IngestFlickr8k(  # pylint: disable=no-value-for-parameter
-        index, image_dir, pipeline_config.features, output_dir)
+        index, image_dir, pipeline_config.features, staging_dir)
     result = pipeline.run()
     result.wait_until_finish()
     summary = summarize(result, index)
+    names = [name for name in _output_names() if FileSystems.exists(os.path.join(staging_dir, name))]
+    FileSystems.rename([os.path.join(staging_dir, name) for name in names],
+                       [os.path.join(output_dir, name) for name in names])
+    FileSystems.delete([staging_dir])
     write_summary(summary, output_dir)
     return summary
+
+
+def _output_names() -> List[str]:
+    return [f"Split-{split}" for split in flickr8k.SPLITS] + [REJECTS_DIR]

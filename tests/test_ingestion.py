@@ -4,6 +4,9 @@ import glob
 import hashlib
 import json
 import os
+import subprocess
+import sys
+import time
 
 import apache_beam as beam
 import numpy as np
@@ -15,7 +18,8 @@ from components import config as config_lib
 from components import demo_data, flickr8k, ingestion
 from tests import image_fixtures
 
-SAMPLE_DIR = os.path.join(os.path.dirname(__file__), "..", "..", "shared", "data", "flickr8k_sample")
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SAMPLE_DIR = os.path.join(REPO_ROOT, "..", "shared", "data", "flickr8k_sample")
 
 pytestmark = pytest.mark.slow
 
@@ -175,3 +179,26 @@ def test_real_photos_with_real_token_file_every_line_accounted(tmp_path):
     assert reasons["missing_image_file"] == 40460 - 470 - summary["pairs_accepted"]
     assert summary["pairs_accepted"] == sum(len(record["captions"]) for record in records)
     assert len(read_rejects(str(tmp_path))) == summary["pairs_rejected"]
+
+
+def test_killed_job_leaves_no_partial_split_and_rerun_completes(bad_input_layout, bad_input_run, tmp_path):
+    data_dir, _ = bad_input_layout
+    output_dir = tmp_path / "killed"
+    command = [sys.executable, "-m", "components.flickr8k_gen", f"--data_dir={data_dir}",
+               f"--output_dir={output_dir}", "--set=features.max_image_pixels=400000",
+               "--runner=DirectRunner"]
+    job = subprocess.Popen(command, cwd=REPO_ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 300
+    temp_shards = []
+    while time.time() < deadline and job.poll() is None and not temp_shards:
+        temp_shards = glob.glob(str(output_dir / "_staging-*" / "Split-*" / "beam-temp-*" / "*"))
+        time.sleep(0.02)
+    job.kill()  # SIGKILL: no cleanup handlers run
+    job.wait()
+    assert temp_shards, "the job ended before any split file was being written; nothing was tested"
+    assert glob.glob(str(output_dir / "Split-*")) == []
+    assert not (output_dir / "rejects").exists()
+    assert not (output_dir / ingestion.SUMMARY_FILE).exists()
+
+    _ingest(_config(data_dir, max_image_pixels=400_000), str(output_dir))
+    assert records_digest(str(output_dir)) == records_digest(bad_input_run[0])
