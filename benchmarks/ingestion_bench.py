@@ -3,7 +3,7 @@
 All three run on the same demo images in one process run:
 
 * ceiling: ``model.predict`` over all images already decoded and resized, batch 16
-  (nothing but ResNet50 on this machine);
+  (nothing but ResNet50 on this machine; best of two runs);
 * naive: one ``model.predict`` call per image, the pattern public tutorials use
   (timed on a subset, reported per image);
 * Beam: the whole ingestion job end to end (read, decode, RunInference, write),
@@ -45,7 +45,9 @@ def bench_ingestion(num_images: int = 320, naive_images: int = 48) -> dict:
     model = resnet_features.build_feature_extractor(features)
     model.predict(images[:16], batch_size=16, verbose=0)  # warm-up: tracing, thread pools
 
-    ceiling_s, _ = _timed(lambda: model.predict(images, batch_size=16, verbose=0))
+    # Best of two, so a noisy neighbour cannot make the ceiling look low and Beam look good.
+    ceiling_s = min(_timed(lambda: model.predict(images, batch_size=16, verbose=0))[0]
+                    for _ in range(2))
     naive_s, _ = _timed(lambda: [model.predict(image[None], verbose=0) for image in images[:naive_images]])
 
     pipeline_config = config_lib.PipelineConfig(data=config_lib.DataConfig(data_dir=demo.data_dir))

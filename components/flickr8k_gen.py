@@ -52,6 +52,7 @@ def Flickr8kExampleGen(  # noqa: N802  (TFX components are classes by convention
     examples.split_names = artifact_utils.encode_split_names(list(flickr8k.SPLITS))
     examples.span = 0
     examples_utils.set_payload_format(examples, example_gen_pb2.PayloadFormat.FORMAT_TF_EXAMPLE)
+    # TFX's name for TFRecord files; readers detect GZIP from the ".gz" extension.
     examples.set_string_custom_property(example_gen_utils.FILE_FORMAT_PROPERTY_NAME,
                                         "tfrecords_gzip")
     log_summary(summary, examples.uri)

@@ -1,7 +1,8 @@
 """Beam ingestion: a Flickr8k-layout folder → TFRecords of ResNet50 features and captions.
 
 One ``tf.Example`` per image, written to ``Split-train``, ``Split-dev`` and
-``Split-test`` (the official split lists, never a random split)::
+``Split-test`` (the official split lists, never a random split), as TFRecord
+files (``.tfrecord``, or ``.gz`` with ``features.compress_examples``)::
 
     image_id        bytes    the file name, e.g. "1000268201_693b08cb0e.jpg"
     image_features  bytes    float16, little-endian, row-major [49, 2048] (200,704 bytes)
@@ -137,9 +138,13 @@ class ResNet50FeatureHandler(ModelHandler[np.ndarray, np.ndarray, object]):
         self._features = features
 
     def load_model(self):
+        import tensorflow as tf
+
         from components import resnet_features
 
-        return resnet_features.build_feature_extractor(self._features)
+        model = resnet_features.build_feature_extractor(self._features)
+        # A traced function runs ResNet50 about 1.9x faster than eager calls on CPU.
+        return tf.function(lambda images: model(images, training=False))
 
     def run_inference(self, batch, model, inference_args=None) -> Iterable[np.ndarray]:
         # CPU kernels give results that depend on the batch *shape* (not on the other
@@ -148,7 +153,7 @@ class ResNet50FeatureHandler(ModelHandler[np.ndarray, np.ndarray, object]):
         batch_size = self._features.inference_batch_size
         images = np.zeros((batch_size,) + batch[0].shape, dtype=np.float32)
         images[:len(batch)] = np.stack(batch)
-        feature_maps = model(images, training=False).numpy()
+        feature_maps = model(images).numpy()
         return list(feature_maps[:len(batch)])
 
     def batch_elements_kwargs(self):
@@ -247,7 +252,7 @@ def IngestFlickr8k(pipeline: beam.Pipeline, index: flickr8k.Flickr8kIndex, image
             | f"Values_{split}" >> beam.Values()
             | f"Write_{split}" >> beam.io.WriteToTFRecord(
                 os.path.join(split_dir(output_dir, split), EXAMPLES_FILE_PREFIX),
-                file_name_suffix=".gz"))
+                file_name_suffix=".gz" if features.compress_examples else ".tfrecord"))
     writes["rejects"] = (
         (reader_rejects, decoded[ReadAndDecodeImage.REJECTS], examples[ToExample.REJECTS])
         | "FlattenRejects" >> beam.Flatten()

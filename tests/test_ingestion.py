@@ -36,8 +36,9 @@ def _ingest(pipeline_config, output_dir):
 
 def read_split(output_dir, split):
     records = []
-    for path in sorted(glob.glob(os.path.join(output_dir, f"Split-{split}", "*.gz"))):
-        for serialized in tf.data.TFRecordDataset(path, compression_type="GZIP"):
+    for path in sorted(glob.glob(os.path.join(output_dir, f"Split-{split}", "data_tfrecord-*"))):
+        compression = "GZIP" if path.endswith(".gz") else ""
+        for serialized in tf.data.TFRecordDataset(path, compression_type=compression):
             example = tf.train.Example.FromString(serialized.numpy())
             features = example.features.feature
             records.append({
@@ -133,7 +134,7 @@ def test_records_match_the_reader(bad_input_run, bad_input_layout):
             assert np.abs(record["image_features"]).max() > 0
     per_split = {split: len(read_split(output_dir, split)) for split in flickr8k.SPLITS}
     assert per_split == summary["images_per_split"]
-    size = os.path.getsize(glob.glob(os.path.join(output_dir, "Split-train", "*.gz"))[0])
+    size = os.path.getsize(glob.glob(os.path.join(output_dir, "Split-train", "data_tfrecord-*"))[0])
     assert size / per_split["train"] <= 210_000
 
 

@@ -6,8 +6,11 @@ import os
 import pytest
 import tensorflow_datasets as tfds
 
-from components import demo_data, flickr8k
-from components import tfds_flickr8k  # noqa: F401  (registers "flickr8k")
+from components import (
+    demo_data,
+    flickr8k,
+    tfds_flickr8k,  # noqa: F401  (registers "flickr8k")
+)
 
 pytestmark = pytest.mark.slow
 
