@@ -23,6 +23,10 @@ from components import config as config_lib
 from components import demo_data
 
 
+SCHEMA_PATH = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                           "schemas", "schema.pbtxt")
+
+
 def build_config(args: argparse.Namespace) -> config_lib.PipelineConfig:
     """The config the command line asks for, before the demo data is resolved."""
     pipeline_config = config_lib.PipelineConfig()
@@ -79,6 +83,7 @@ def run_pipeline(pipeline_config: config_lib.PipelineConfig) -> None:
     from tfx import v1 as tfx
 
     from components.flickr8k_gen import data_fingerprint
+    from pipeline import fingerprints
     from pipeline.pipeline import create_pipeline
 
     output_dir = os.path.abspath(pipeline_config.runtime.output_dir)
@@ -87,13 +92,15 @@ def run_pipeline(pipeline_config: config_lib.PipelineConfig) -> None:
         pipeline_config,
         pipeline_root=os.path.join(output_dir, "pipeline_root"),
         data_fingerprint=data_fingerprint(pipeline_config.data),
+        schema_path=SCHEMA_PATH,
+        code_fingerprint=fingerprints.code_fingerprint(fingerprints.TRANSFORM_MODULES),
         metadata_connection_config=tfx.orchestration.metadata.sqlite_metadata_connection_config(
             metadata_path(output_dir)),
         beam_pipeline_args=beam_pipeline_args(pipeline_config.runtime)))
 
 
-def latest_artifact_uri(output_dir: str, type_name: str) -> Optional[str]:
-    """The newest LIVE artifact of a type in the run's metadata store."""
+def latest_artifact_uri(output_dir: str, type_name: str, producer: str = "") -> Optional[str]:
+    """The newest LIVE artifact of a type (written by ``producer``, a component id) in the store."""
     from ml_metadata import metadata_store
     from ml_metadata.proto import metadata_store_pb2
 
@@ -102,7 +109,8 @@ def latest_artifact_uri(output_dir: str, type_name: str) -> Optional[str]:
     connection.sqlite.connection_mode = metadata_store_pb2.SqliteMetadataSourceConfig.READONLY
     store = metadata_store.MetadataStore(connection)
     live = [artifact for artifact in store.get_artifacts_by_type(type_name)
-            if artifact.state == metadata_store_pb2.Artifact.LIVE]
+            if artifact.state == metadata_store_pb2.Artifact.LIVE
+            and (not producer or f"{os.sep}{producer}{os.sep}" in artifact.uri)]
     return max(live, key=lambda artifact: artifact.id).uri if live else None
 
 
@@ -110,7 +118,7 @@ def print_outputs(pipeline_config: config_lib.PipelineConfig) -> None:
     from components import ingestion
 
     output_dir = os.path.abspath(pipeline_config.runtime.output_dir)
-    examples_uri = latest_artifact_uri(output_dir, "Examples")
+    examples_uri = latest_artifact_uri(output_dir, "Examples", "Flickr8kExampleGen")
     print(f"Data: {pipeline_config.data.data_dir}")
     print(f"Examples: {examples_uri}")
     if examples_uri:
@@ -121,7 +129,20 @@ def print_outputs(pipeline_config: config_lib.PipelineConfig) -> None:
               f"{summary['rejected_pairs_by_reason']}")
         print(f"  images per split: {summary['images_per_split']}")
         print(f"  rejects: {os.path.join(examples_uri, ingestion.REJECTS_DIR)}")
-    print(f"Statistics: {latest_artifact_uri(output_dir, 'ExampleStatistics')}")
+    print(f"Statistics: {latest_artifact_uri(output_dir, 'ExampleStatistics', 'StatisticsGen')}")
+    transform_uri = latest_artifact_uri(output_dir, "TransformGraph", "Transform")
+    print(f"Transform graph: {transform_uri}")
+    if transform_uri:
+        facts_path = os.path.join(transform_uri, "transform_fn", "assets", "caption_facts.json")
+        with open(facts_path, encoding="utf-8") as stream:
+            facts = json.load(stream)
+        embedding = facts["embedding"]
+        print(f"  vocabulary: {facts['vocabulary_size']} ids ({facts['words_in_vocabulary']} words); "
+              f"max caption length {facts['max_caption_length']} ids, "
+              f"{facts['train_captions_truncated']} of {facts['train_captions']} train captions truncated")
+        print(f"  GloVe: {embedding['words_found']}/{embedding['vocabulary_size']} words found, "
+              f"{100 * embedding['token_weighted_coverage']:.1f}% of train tokens "
+              f"({embedding['glove_path'] or 'no GloVe file: random, trainable embedding'})")
     print(f"ML Metadata: {metadata_path(output_dir)}")
 
 

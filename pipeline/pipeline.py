@@ -10,29 +10,63 @@ from typing import List, Optional
 from tfx import v1 as tfx
 
 from components import config as config_lib
+from components import preprocessing, resnet_features
 from components.flickr8k_gen import Flickr8kExampleGen
+from components.validation import ExampleValidationGate
+
+
+def validated_transform(examples, pipeline_config: config_lib.PipelineConfig, schema_path: str,
+                        code_fingerprint: str) -> list:
+    """StatisticsGen → ImportSchemaGen → ExampleValidator → gate → Transform over ``examples``.
+
+    Transform runs only after the gate passed: an anomaly stops the pipeline
+    there, naming the anomaly, before any preprocessing or training.
+    """
+    statistics_gen = tfx.components.StatisticsGen(examples=examples)
+    schema_importer = tfx.components.ImportSchemaGen(schema_file=schema_path)
+    example_validator = tfx.components.ExampleValidator(
+        statistics=statistics_gen.outputs["statistics"], schema=schema_importer.outputs["schema"])
+    validation_gate = ExampleValidationGate(
+        statistics=statistics_gen.outputs["statistics"],
+        anomalies=example_validator.outputs["anomalies"],
+        expected_feature_bytes=resnet_features.FEATURE_POSITIONS * resnet_features.FEATURE_DEPTH * 2)
+    transform = tfx.components.Transform(
+        examples=examples,
+        schema=schema_importer.outputs["schema"],
+        preprocessing_fn=f"{preprocessing.__name__}.preprocessing_fn",
+        splits_config=tfx.proto.SplitsConfig(analyze=["train"], transform=["train", "dev", "test"]),
+        custom_config={"pipeline_config": pipeline_config.to_json(),
+                       "code_fingerprint": code_fingerprint},
+    )
+    transform.add_upstream_node(validation_gate)
+    return [statistics_gen, schema_importer, example_validator, validation_gate, transform]
 
 
 def create_pipeline(
     pipeline_config: config_lib.PipelineConfig,
     pipeline_root: str,
     data_fingerprint: str,
+    schema_path: str,
+    code_fingerprint: str,
     metadata_connection_config=None,
     beam_pipeline_args: Optional[List[str]] = None,
     enable_cache: bool = True,
 ) -> tfx.dsl.Pipeline:
-    """Ingestion → StatisticsGen, configured entirely by ``pipeline_config``.
+    """Ingestion → statistics → schema → validation gate → Transform.
 
-    ``data_fingerprint`` (``components.flickr8k_gen.data_fingerprint``) keys the
-    ingestion cache on the input files, which TFX cannot see by itself.
+    ``data_fingerprint`` (``components.flickr8k_gen.data_fingerprint``) and
+    ``code_fingerprint`` (a digest of the user code, see
+    ``pipeline.fingerprints``) enter TFX's cache keys, which see neither the
+    input files nor the code behind a module path by themselves.
     """
     example_gen = Flickr8kExampleGen(pipeline_config=pipeline_config.to_json(),
                                      data_fingerprint=data_fingerprint)
-    statistics_gen = tfx.components.StatisticsGen(examples=example_gen.outputs["examples"])
+    components = [example_gen] + validated_transform(
+        example_gen.outputs["examples"], pipeline_config, schema_path, code_fingerprint)
     return tfx.dsl.Pipeline(
         pipeline_name=pipeline_config.runtime.pipeline_name,
         pipeline_root=pipeline_root,
-        components=[example_gen, statistics_gen],
+        components=components,
         enable_cache=enable_cache,
         metadata_connection_config=metadata_connection_config,
         beam_pipeline_args=beam_pipeline_args or [],

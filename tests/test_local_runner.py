@@ -35,32 +35,55 @@ def test_demo_data_generated_once(tmp_path):
     assert os.path.getmtime(token_path) == first_mtime
 
 
-def _execution_states(output_dir):
+COMPONENTS = ["Flickr8kExampleGen", "StatisticsGen", "ImportSchemaGen", "ExampleValidator",
+              "ExampleValidationGate", "Transform"]
+
+
+def _executions(output_dir):
+    """(component id, state) of every execution, oldest first."""
     from ml_metadata import metadata_store
     from ml_metadata.proto import metadata_store_pb2
 
     connection = metadata_store_pb2.ConnectionConfig()
     connection.sqlite.filename_uri = local_runner.metadata_path(str(output_dir))
     store = metadata_store.MetadataStore(connection)
-    return [metadata_store_pb2.Execution.State.Name(execution.last_known_state)
-            for execution in sorted(store.get_executions(), key=lambda execution: execution.id)]
+    executions = sorted(store.get_executions(), key=lambda execution: execution.id)
+    types = {t.id: t.name for t in store.get_execution_types()}
+    return [(execution.properties["component_id"].string_value
+             if "component_id" in execution.properties else types[execution.type_id].rsplit(".", 1)[-1],
+             metadata_store_pb2.Execution.State.Name(execution.last_known_state))
+            for execution in executions]
 
 
 @pytest.mark.e2e
-def test_local_pipeline_runs_caches_and_matches_the_standalone_job(tmp_path, capsys):
+def test_local_pipeline_runs_caches_and_matches_the_standalone_job(tmp_path, capsys, monkeypatch):
     from components import flickr8k_gen
+    from pipeline import fingerprints
 
     argv = ["run", f"--output_dir={tmp_path}", "--set", "data.demo_num_images=12",
             "--set", "runtime.direct_num_workers=1"]
     assert local_runner.main(argv) == 0
     printed = capsys.readouterr().out
     assert "pairs read 60 = accepted 60 + rejected 0" in printed
-    assert _execution_states(tmp_path) == ["COMPLETE", "COMPLETE"]
-    examples_uri = local_runner.latest_artifact_uri(str(tmp_path), "Examples")
+    assert "Transform graph: " in printed and "vocabulary: " in printed
+    first = _executions(tmp_path)
+    assert [state for _, state in first] == ["COMPLETE"] * len(COMPONENTS)
+    examples_uri = local_runner.latest_artifact_uri(str(tmp_path), "Examples", "Flickr8kExampleGen")
 
     # Nothing changed: every component is a cache hit.
     assert local_runner.main(argv) == 0
-    assert _execution_states(tmp_path)[2:] == ["CACHED", "CACHED"]
+    second = _executions(tmp_path)[len(first):]
+    assert [state for _, state in second] == ["CACHED"] * len(COMPONENTS)
+
+    # Changed preprocessing code: Transform re-runs, everything before it is cached.
+    real_fingerprint = fingerprints.code_fingerprint
+    monkeypatch.setattr(fingerprints, "code_fingerprint",
+                        lambda modules: "edited-" + real_fingerprint(modules))
+    assert local_runner.main(argv) == 0
+    third = dict(_executions(tmp_path)[2 * len(first):])
+    assert third.pop("Transform") == "COMPLETE"
+    assert set(third.values()) == {"CACHED"}
+    monkeypatch.undo()
 
     # The standalone Beam job writes the same records as the component.
     standalone_dir = tmp_path / "standalone"
@@ -72,6 +95,25 @@ def test_local_pipeline_runs_caches_and_matches_the_standalone_job(tmp_path, cap
     # Changed input data re-runs ingestion instead of hitting the cache.
     with open(data_dir / "Flickr8k_text" / "Flickr8k.token.txt", "a", encoding="utf-8") as stream:
         stream.write("demo8_00000.jpg#5\tA sixth caption .\n")
+    capsys.readouterr()
     assert local_runner.main(argv) == 0
-    assert _execution_states(tmp_path)[4:] == ["COMPLETE", "COMPLETE"]
+    fourth = dict(_executions(tmp_path)[3 * len(first):])
+    assert fourth["Flickr8kExampleGen"] == "COMPLETE" and fourth["Transform"] == "COMPLETE"
     assert "pairs read 61 = accepted 61" in capsys.readouterr().out
+
+
+def test_code_fingerprint_changes_with_the_source(tmp_path, monkeypatch):
+    from pipeline import fingerprints
+
+    module = tmp_path / "user_code_probe.py"
+    module.write_text("def preprocessing_fn(inputs):\n    return inputs\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    before = fingerprints.code_fingerprint(["user_code_probe"])
+    assert before == fingerprints.code_fingerprint(["user_code_probe"])
+    import importlib
+    import sys
+
+    module.write_text("def preprocessing_fn(inputs):\n    return dict(inputs)\n")
+    sys.modules.pop("user_code_probe")
+    importlib.invalidate_caches()
+    assert fingerprints.code_fingerprint(["user_code_probe"]) != before

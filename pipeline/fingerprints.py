@@ -1,0 +1,25 @@
+"""Digests that make TFX's cache see what it cannot see by itself: the user code.
+
+TFX keys a cached execution on its inputs and exec properties. A Transform or
+Trainer configured by a module path (``components.preprocessing.preprocessing_fn``)
+would hit the cache after that module's code changed; passing this digest in
+``custom_config`` makes the change re-run the stage and everything after it.
+"""
+
+import hashlib
+import importlib
+import inspect
+from typing import Iterable
+
+
+def code_fingerprint(module_names: Iterable[str]) -> str:
+    """sha256 over the source of the named modules, in a fixed order."""
+    digest = hashlib.sha256()
+    for name in sorted(module_names):
+        digest.update(name.encode("utf-8"))
+        digest.update(inspect.getsource(importlib.import_module(name)).encode("utf-8"))
+    return digest.hexdigest()
+
+
+TRANSFORM_MODULES = ("components.preprocessing", "components.caption_text", "components.glove",
+                     "components.config")
