@@ -92,14 +92,17 @@ def test_local_pipeline_runs_caches_and_matches_the_standalone_job(tmp_path, cap
                               "--runner=DirectRunner"]) == 0
     assert records_digest(str(standalone_dir)) == records_digest(examples_uri)
 
-    # Changed input data re-runs ingestion instead of hitting the cache.
-    with open(data_dir / "Flickr8k_text" / "Flickr8k.token.txt", "a", encoding="utf-8") as stream:
-        stream.write("demo8_00000.jpg#5\tA sixth caption .\n")
+    # Changed input data re-runs ingestion instead of hitting the cache: the first
+    # caption line duplicated over the second is now rejected as a duplicate.
+    token_path = data_dir / "Flickr8k_text" / "Flickr8k.token.txt"
+    lines = token_path.read_text(encoding="utf-8").splitlines(keepends=True)
+    lines[1] = lines[1].split("\t")[0] + "\t" + lines[0].split("\t")[1]
+    token_path.write_text("".join(lines), encoding="utf-8")
     capsys.readouterr()
     assert local_runner.main(argv) == 0
     fourth = dict(_executions(tmp_path)[3 * len(first):])
     assert fourth["Flickr8kExampleGen"] == "COMPLETE" and fourth["Transform"] == "COMPLETE"
-    assert "pairs read 61 = accepted 61" in capsys.readouterr().out
+    assert "pairs read 60 = accepted 59 + rejected 1 {'duplicate_caption': 1}" in capsys.readouterr().out
 
 
 def test_code_fingerprint_changes_with_the_source(tmp_path, monkeypatch):
