@@ -60,7 +60,7 @@ def main(argv=None) -> int:
     parser.add_argument("--output_dir", default="outputs/bench")
     parser.add_argument("--data_dir", default=SAMPLE_TEXT_DIR,
                         help="Flickr8k layout whose text files the reader benchmark reads")
-    parser.add_argument("--only", action="append", default=[], choices=("reader", "ingestion"),
+    parser.add_argument("--only", action="append", default=[], choices=("reader", "ingestion", "vocabulary"),
                         help="run only these benchmarks (repeatable)")
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)
     results = []
@@ -68,17 +68,26 @@ def main(argv=None) -> int:
         from benchmarks.ingestion_bench import bench_ingestion
 
         results.append(bench_ingestion())
-    if ("reader" in args.only or not args.only) and os.path.isdir(args.data_dir):
+    real_data = os.path.isdir(args.data_dir)
+    if not real_data:
+        print(f"reader and vocabulary benchmarks skipped: no Flickr8k text files at {args.data_dir}")
+    if ("reader" in args.only or not args.only) and real_data:
         results.append(bench_reader(args.data_dir))
-    elif not os.path.isdir(args.data_dir):
-        print(f"reader benchmark skipped: no Flickr8k text files at {args.data_dir}")
+    if ("vocabulary" in args.only or not args.only) and real_data:
+        from benchmarks.vocabulary_bench import analyze_real_captions
+
+        results.append(analyze_real_captions(args.data_dir))
     os.makedirs(args.output_dir, exist_ok=True)
     with open(os.path.join(args.output_dir, "bench.json"), "w", encoding="utf-8") as stream:
         json.dump(results, stream, indent=2)
     for result in results:
         print(result.pop("name"))
         for key, value in result.items():
-            print(f"  {key:>28}: {value}")
+            if isinstance(value, list):
+                for row in value:
+                    print("    " + json.dumps(row, sort_keys=True))
+            else:
+                print(f"  {key:>36}: {value}")
     return 0
 
 

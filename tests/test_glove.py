@@ -112,7 +112,8 @@ def test_peak_memory_is_bounded_by_the_vocabulary_not_the_file(tmp_path):
 @pytest.mark.slow
 def test_transform_output_holds_vocabulary_matrix_and_facts(tmp_path):
     _require_sample()
-    pipeline_config = config_lib.PipelineConfig(transform=config_lib.TransformConfig(glove_path=SAMPLE))
+    pipeline_config = config_lib.PipelineConfig(transform=config_lib.TransformConfig(
+        glove_path=SAMPLE, vocab_frequency_threshold=1))
     preprocessing_fn = functools.partial(
         preprocessing.preprocessing_fn, custom_config={"pipeline_config": pipeline_config.to_json()})
     output_dir = str(tmp_path / "transform_output")

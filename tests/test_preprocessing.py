@@ -30,6 +30,7 @@ TEST = [{"image_id": b"z.jpg", "image_features": FEATURES, "captions": [b"A zebr
 
 
 def _fn(**transform):
+    transform.setdefault("vocab_frequency_threshold", 1)
     pipeline_config = config_lib.PipelineConfig(transform=config_lib.TransformConfig(**transform))
     return functools.partial(preprocessing.preprocessing_fn,
                              custom_config={"pipeline_config": pipeline_config.to_json()})
