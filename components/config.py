@@ -101,6 +101,7 @@ class TrainerConfig:
     warmup_steps: int = 100
     clipnorm: float = 1.0
     early_stopping_patience: int = 5
+    cache_dataset: bool = True  # parsed images in memory: ~200 KB each
     mixed_precision: bool = False
     seed: int = 42
 

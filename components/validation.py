@@ -31,7 +31,8 @@ def anomaly_messages(anomalies_uri: str, blessed_by_split: dict) -> List[str]:
         path = os.path.join(anomalies_uri, f"Split-{split}", example_validator_executor.DEFAULT_FILE_NAME)
         anomalies = anomalies_util.load_anomalies_binary(path)
         for feature, info in sorted(anomalies.anomaly_info.items()):
-            messages.append(f"split {split}: feature '{feature}': {info.description or info.short_description}")
+            description = info.description or info.short_description
+            messages.append(f"split {split}: feature '{feature}': {description}")
         if anomalies.HasField("dataset_anomaly_info"):
             messages.append(f"split {split}: dataset: {anomalies.dataset_anomaly_info.description}")
     return messages

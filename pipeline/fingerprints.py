@@ -23,3 +23,10 @@ def code_fingerprint(module_names: Iterable[str]) -> str:
 
 TRANSFORM_MODULES = ("components.preprocessing", "components.caption_text", "components.glove",
                      "components.config")
+TRAINER_MODULES = TRANSFORM_MODULES + ("components.trainer.model", "components.trainer.losses",
+                                       "components.trainer.inputs", "components.trainer.run_fn")
+
+
+def pipeline_code_fingerprints() -> dict:
+    return {"transform": code_fingerprint(TRANSFORM_MODULES),
+            "trainer": code_fingerprint(TRAINER_MODULES)}

@@ -22,7 +22,6 @@ from absl import logging
 from components import config as config_lib
 from components import demo_data
 
-
 SCHEMA_PATH = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
                            "schemas", "schema.pbtxt")
 
@@ -93,7 +92,7 @@ def run_pipeline(pipeline_config: config_lib.PipelineConfig) -> None:
         pipeline_root=os.path.join(output_dir, "pipeline_root"),
         data_fingerprint=data_fingerprint(pipeline_config.data),
         schema_path=SCHEMA_PATH,
-        code_fingerprint=fingerprints.code_fingerprint(fingerprints.TRANSFORM_MODULES),
+        code_fingerprints=fingerprints.pipeline_code_fingerprints(),
         metadata_connection_config=tfx.orchestration.metadata.sqlite_metadata_connection_config(
             metadata_path(output_dir)),
         beam_pipeline_args=beam_pipeline_args(pipeline_config.runtime)))
@@ -143,6 +142,16 @@ def print_outputs(pipeline_config: config_lib.PipelineConfig) -> None:
         print(f"  GloVe: {embedding['words_found']}/{embedding['vocabulary_size']} words found, "
               f"{100 * embedding['token_weighted_coverage']:.1f}% of train tokens "
               f"({embedding['glove_path'] or 'no GloVe file: random, trainable embedding'})")
+    model_uri = latest_artifact_uri(output_dir, "Model", "Trainer")
+    run_uri = latest_artifact_uri(output_dir, "ModelRun", "Trainer")
+    print(f"Trained model: {model_uri}")
+    if run_uri:
+        with open(os.path.join(run_uri, "history.json"), encoding="utf-8") as stream:
+            history = json.load(stream)
+        print(f"  epochs {len(history['loss'])}: loss {history['loss'][0]:.3f} -> {history['loss'][-1]:.3f}, "
+              f"dev loss {history['val_loss'][0]:.3f} -> {min(history['val_loss']):.3f} (best), "
+              f"dev token accuracy {max(history['val_masked_accuracy']):.3f}")
+        print(f"  TensorBoard: tensorboard --logdir {os.path.join(run_uri, 'tensorboard')}")
     print(f"ML Metadata: {metadata_path(output_dir)}")
 
 

@@ -5,7 +5,8 @@ the pipeline root, the metadata store and the Beam arguments, and run it.
 Stages are added in pipeline order as they land (see README, "Status").
 """
 
-from typing import List, Optional
+import os
+from typing import List, Mapping, Optional
 
 from tfx import v1 as tfx
 
@@ -47,22 +48,37 @@ def create_pipeline(
     pipeline_root: str,
     data_fingerprint: str,
     schema_path: str,
-    code_fingerprint: str,
+    code_fingerprints: Mapping[str, str],
     metadata_connection_config=None,
     beam_pipeline_args: Optional[List[str]] = None,
     enable_cache: bool = True,
 ) -> tfx.dsl.Pipeline:
-    """Ingestion → statistics → schema → validation gate → Transform.
+    """Ingestion → statistics → schema → validation gate → Transform → Trainer.
 
     ``data_fingerprint`` (``components.flickr8k_gen.data_fingerprint``) and
-    ``code_fingerprint`` (a digest of the user code, see
-    ``pipeline.fingerprints``) enter TFX's cache keys, which see neither the
-    input files nor the code behind a module path by themselves.
+    ``code_fingerprints`` (``{"transform": ..., "trainer": ...}``, digests of
+    the user code, see ``pipeline.fingerprints``) enter TFX's cache keys, which
+    see neither the input files nor the code behind a module path by themselves.
     """
     example_gen = Flickr8kExampleGen(pipeline_config=pipeline_config.to_json(),
                                      data_fingerprint=data_fingerprint)
-    components = [example_gen] + validated_transform(
-        example_gen.outputs["examples"], pipeline_config, schema_path, code_fingerprint)
+    validation_and_transform = validated_transform(
+        example_gen.outputs["examples"], pipeline_config, schema_path, code_fingerprints["transform"])
+    transform = validation_and_transform[-1]
+    trainer = tfx.components.Trainer(
+        run_fn="components.trainer.run_fn.run_fn",
+        examples=transform.outputs["transformed_examples"],
+        transform_graph=transform.outputs["transform_graph"],
+        train_args=tfx.proto.TrainArgs(splits=["train"]),
+        eval_args=tfx.proto.EvalArgs(splits=["dev"]),
+        custom_config={
+            "pipeline_config": pipeline_config.to_json(),
+            "code_fingerprint": code_fingerprints["trainer"],
+            # Outside every execution's directory, so a re-run resumes a killed training.
+            "backup_root": os.path.join(pipeline_root, "_trainer_backup"),
+        },
+    )
+    components = [example_gen, *validation_and_transform, trainer]
     return tfx.dsl.Pipeline(
         pipeline_name=pipeline_config.runtime.pipeline_name,
         pipeline_root=pipeline_root,

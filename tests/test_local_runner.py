@@ -36,7 +36,7 @@ def test_demo_data_generated_once(tmp_path):
 
 
 COMPONENTS = ["Flickr8kExampleGen", "StatisticsGen", "ImportSchemaGen", "ExampleValidator",
-              "ExampleValidationGate", "Transform"]
+              "ExampleValidationGate", "Transform", "Trainer"]
 
 
 def _executions(output_dir):
@@ -61,11 +61,13 @@ def test_local_pipeline_runs_caches_and_matches_the_standalone_job(tmp_path, cap
     from pipeline import fingerprints
 
     argv = ["run", f"--output_dir={tmp_path}", "--set", "data.demo_num_images=12",
-            "--set", "runtime.direct_num_workers=1"]
+            "--set", "runtime.direct_num_workers=1", "--set", "trainer.epochs=2",
+            "--set", "trainer.per_replica_batch_size=16"]
     assert local_runner.main(argv) == 0
     printed = capsys.readouterr().out
     assert "pairs read 60 = accepted 60 + rejected 0" in printed
     assert "Transform graph: " in printed and "vocabulary: " in printed
+    assert "Trained model: " in printed and "dev loss" in printed
     first = _executions(tmp_path)
     assert [state for _, state in first] == ["COMPLETE"] * len(COMPONENTS)
     examples_uri = local_runner.latest_artifact_uri(str(tmp_path), "Examples", "Flickr8kExampleGen")
@@ -81,7 +83,7 @@ def test_local_pipeline_runs_caches_and_matches_the_standalone_job(tmp_path, cap
                         lambda modules: "edited-" + real_fingerprint(modules))
     assert local_runner.main(argv) == 0
     third = dict(_executions(tmp_path)[2 * len(first):])
-    assert third.pop("Transform") == "COMPLETE"
+    assert third.pop("Transform") == "COMPLETE" and third.pop("Trainer") == "COMPLETE"
     assert set(third.values()) == {"CACHED"}
     monkeypatch.undo()
 

@@ -1,0 +1,2 @@
+"""The Trainer stage: the captioning model (model.py), its loss and metric (losses.py),
+the input pipeline (inputs.py) and the TFX entry point ``run_fn`` (run_fn.py)."""

@@ -1,0 +1,71 @@
+"""tf.data input for the Trainer: transformed examples → (features, input ids) / target ids.
+
+Each transformed example is one image: ``image_features`` (float16 bytes,
+parsed once per image) and ``caption_ids`` (its captions, each
+``max_caption_length`` ids, concatenated). The pipeline parses images in
+parallel, caches the parsed images (float16, ~200 KB each) when asked, and
+expands each image into one training pair per caption: ``input_ids`` = the
+caption without its last id, ``target_ids`` = without its first.
+"""
+
+from typing import List
+
+import tensorflow as tf
+
+from components import preprocessing, resnet_features
+from components.trainer import model as model_lib
+
+FEATURE_SPEC = {
+    preprocessing.IMAGE_FEATURES: tf.io.FixedLenFeature([1], tf.string),
+    preprocessing.CAPTION_IDS: tf.io.VarLenFeature(tf.int64),
+}
+
+
+def _files(file_patterns: List[str]) -> List[str]:
+    files = sorted(path for pattern in file_patterns for path in tf.io.gfile.glob(pattern))
+    if not files:
+        raise FileNotFoundError(f"No transformed examples match {file_patterns}.")
+    return files
+
+
+def parse_image_example(serialized: tf.Tensor, max_caption_length: int):
+    """One serialized example → (float16 [49, 2048] features, int32 [captions, length] ids)."""
+    parsed = tf.io.parse_single_example(serialized, FEATURE_SPEC)
+    image_features = tf.reshape(
+        tf.io.decode_raw(parsed[preprocessing.IMAGE_FEATURES][0], tf.float16, little_endian=True),
+        [resnet_features.FEATURE_POSITIONS, resnet_features.FEATURE_DEPTH])
+    caption_ids = tf.reshape(tf.cast(tf.sparse.to_dense(parsed[preprocessing.CAPTION_IDS]), tf.int32),
+                             [-1, max_caption_length])
+    return image_features, caption_ids
+
+
+def _caption_pairs(image_features: tf.Tensor, caption_ids: tf.Tensor) -> tf.data.Dataset:
+    repeated = tf.repeat(image_features[tf.newaxis], tf.shape(caption_ids)[0], axis=0)
+    return tf.data.Dataset.from_tensor_slices((repeated, caption_ids))
+
+
+def _to_model_inputs(image_features: tf.Tensor, caption_ids: tf.Tensor):
+    return ({model_lib.IMAGE_FEATURES: tf.cast(image_features, tf.float32),
+             model_lib.INPUT_IDS: caption_ids[:, :-1]},
+            caption_ids[:, 1:])
+
+
+def make_dataset(file_patterns: List[str], max_caption_length: int, batch_size: int,
+                 shuffle: bool, seed: int = 0, cache: bool = True) -> tf.data.Dataset:
+    """Batches of ``({"image_features", "input_ids"}, target_ids)``, one row per caption."""
+    files = _files(file_patterns)
+    compression = "GZIP" if all(path.endswith(".gz") for path in files) else ""
+    images = tf.data.TFRecordDataset(files, compression_type=compression,
+                                     num_parallel_reads=tf.data.AUTOTUNE)
+    images = images.map(lambda serialized: parse_image_example(serialized, max_caption_length),
+                        num_parallel_calls=tf.data.AUTOTUNE, deterministic=not shuffle)
+    if cache:
+        images = images.cache()
+    if shuffle:
+        images = images.shuffle(2048, seed=seed, reshuffle_each_iteration=True)
+    pairs = images.flat_map(_caption_pairs)
+    if shuffle:
+        pairs = pairs.shuffle(4 * batch_size, seed=seed, reshuffle_each_iteration=True)
+    return (pairs.batch(batch_size)
+            .map(_to_model_inputs, num_parallel_calls=tf.data.AUTOTUNE)
+            .prefetch(tf.data.AUTOTUNE))

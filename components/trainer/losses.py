@@ -1,0 +1,45 @@
+"""Loss and metric for next-token prediction over padded captions.
+
+The original model fed linear outputs, clipped to [-10, 10], to
+``SparseCategoricalCrossentropy(from_logits=False)``. Keras then treats them as
+probabilities: it clips them to [1e-7, 1 - 1e-7] and takes the log, which is
+not cross-entropy and has zero gradient for every output ≤ 0 or ≥ 1. Here the
+loss is computed from logits (log-softmax), padding (target id 0) is excluded
+exactly once, and the sum is divided by the number of real tokens, or by 1 for
+a batch that is all padding, so it is always finite.
+"""
+
+import keras
+from keras import ops
+
+from components import caption_text
+
+
+class MaskedCaptionLoss(keras.losses.Loss):
+    """Mean sparse cross-entropy from logits over non-padding target tokens."""
+
+    def __init__(self, name: str = "masked_caption_loss", **kwargs):
+        super().__init__(name=name, reduction="sum", **kwargs)
+
+    def call(self, target_ids, logits):
+        target_ids = ops.cast(target_ids, "int32")
+        logits = ops.cast(logits, "float32")  # float32 even under mixed precision
+        token_losses = keras.losses.sparse_categorical_crossentropy(
+            target_ids, logits, from_logits=True)
+        mask = ops.cast(ops.not_equal(target_ids, caption_text.PAD_ID), "float32")
+        return ops.sum(token_losses * mask) / ops.maximum(ops.sum(mask), 1.0)
+
+
+class MaskedTokenAccuracy(keras.metrics.Mean):
+    """Share of non-padding target tokens whose arg-max logit is the target."""
+
+    def __init__(self, name: str = "masked_accuracy", **kwargs):
+        super().__init__(name=name, **kwargs)
+
+    def update_state(self, target_ids, logits, sample_weight=None):
+        del sample_weight
+        target_ids = ops.cast(target_ids, "int32")
+        mask = ops.cast(ops.not_equal(target_ids, caption_text.PAD_ID), "float32")
+        correct = ops.cast(ops.equal(ops.cast(ops.argmax(logits, axis=-1), "int32"), target_ids),
+                           "float32")
+        return super().update_state(ops.reshape(correct, [-1]), sample_weight=ops.reshape(mask, [-1]))

@@ -1,0 +1,127 @@
+"""The captioning model: ResNet50 feature maps + caption prefix → next-token logits.
+
+The architecture family of the original report (``../shared/seed/``), fixed
+where it was wrong:
+
+    image_features [49, 2048] → Dense(1024, relu) → Dense(512, relu)
+    caption ids → Embedding (GloVe matrix; frozen unless fine-tuning; mask_zero)
+      → LSTM(512, return_sequences)
+      → MultiHeadAttention(query = text, key/value = image) → Add → LayerNorm → Dropout
+      → LSTM(256, return_sequences) → Dropout → Dense(vocabulary) logits
+
+* The output is raw **logits** (float32 even under mixed precision), never
+  clipped: the loss (``losses.MaskedCaptionLoss``) works from logits.
+* Padding is masked by one mechanism, the Embedding's ``mask_zero``, which
+  the LSTMs and the attention consume; the output carries no Keras mask, so
+  the loss masks padding exactly once, from the targets.
+* The vocabulary is the Transform's (thousands of words), not all of GloVe.
+
+Use :func:`build_captioning_model` directly to build the model without running
+the pipeline (README "Trainer").
+"""
+
+from typing import Optional
+
+import keras
+import numpy as np
+
+from components import config as config_lib
+from components import resnet_features
+
+IMAGE_FEATURES = "image_features"
+INPUT_IDS = "input_ids"
+
+
+class DropMask(keras.layers.Layer):
+    """Identity that drops the Keras mask, so the loss alone decides what is padding."""
+
+    def call(self, inputs):
+        # A new tensor: returning ``inputs`` itself would keep the mask attached to it.
+        return keras.ops.multiply(inputs, 1.0)
+
+    def compute_mask(self, inputs, mask=None):
+        return None
+
+
+def build_captioning_model(
+    trainer: config_lib.TrainerConfig,
+    vocabulary_size: int,
+    embedding_matrix: Optional[np.ndarray] = None,
+    embedding_dim: int = 300,
+    fine_tune_embedding: Optional[bool] = None,
+) -> keras.Model:
+    """The decoder as a functional Keras model: inputs ``image_features``
+    ``[batch, 49, 2048]`` and ``input_ids`` ``[batch, time]``; output logits
+    ``[batch, time, vocabulary_size]``.
+
+    Args:
+      trainer: layer sizes, dropout, precision.
+      vocabulary_size: ids including the 4 reserved ones.
+      embedding_matrix: ``[vocabulary_size, dim]`` initial embedding (the
+        Transform's GloVe matrix); random when None.
+      embedding_dim: used only without a matrix.
+      fine_tune_embedding: overrides ``trainer.fine_tune_embedding`` (the Trainer
+        fine-tunes when Transform had no GloVe file).
+    """
+    if embedding_matrix is not None and embedding_matrix.shape[0] != vocabulary_size:
+        raise ValueError(f"Embedding matrix has {embedding_matrix.shape[0]} rows for a vocabulary of "
+                         f"{vocabulary_size} ids.")
+    trainable = trainer.fine_tune_embedding if fine_tune_embedding is None else fine_tune_embedding
+    policy = "mixed_float16" if trainer.mixed_precision else "float32"
+    dim = embedding_matrix.shape[1] if embedding_matrix is not None else embedding_dim
+
+    image_features = keras.Input((resnet_features.FEATURE_POSITIONS, resnet_features.FEATURE_DEPTH),
+                                 name=IMAGE_FEATURES)
+    input_ids = keras.Input((None,), dtype="int32", name=INPUT_IDS)
+
+    image = image_features
+    for index, units in enumerate(trainer.image_dense_units):
+        image = keras.layers.Dense(units, activation="relu", dtype=policy,
+                                   name=f"image_dense_{index}")(image)
+
+    embedding = keras.layers.Embedding(
+        vocabulary_size, dim, mask_zero=True, trainable=trainable, dtype=policy,
+        embeddings_initializer=(keras.initializers.Constant(embedding_matrix)
+                                if embedding_matrix is not None else "uniform"),
+        name="caption_embedding")
+    text = embedding(input_ids)
+    text = keras.layers.LSTM(trainer.lstm_units, return_sequences=True, dtype=policy,
+                             name="caption_lstm")(text)
+    attended = keras.layers.MultiHeadAttention(
+        num_heads=trainer.attention_heads, key_dim=trainer.attention_key_dim,
+        output_shape=trainer.lstm_units, dtype=policy, name="image_attention")(
+            query=text, value=image, key=image)
+    merged = keras.layers.Add(dtype=policy, name="attention_residual")([text, attended])
+    merged = keras.layers.LayerNormalization(epsilon=1e-6, dtype=policy, name="attention_norm")(merged)
+    merged = keras.layers.Dropout(trainer.dropout_rate, name="attention_dropout")(merged)
+    decoded = keras.layers.LSTM(trainer.second_lstm_units, return_sequences=True, dtype=policy,
+                                name="decoder_lstm")(merged)
+    decoded = keras.layers.Dropout(trainer.dropout_rate, name="decoder_dropout")(decoded)
+    logits = keras.layers.Dense(vocabulary_size, dtype="float32", name="logits")(decoded)
+    logits = DropMask(dtype="float32", name="unmasked_logits")(logits)
+    return keras.Model({IMAGE_FEATURES: image_features, INPUT_IDS: input_ids}, logits,
+                       name="caption_decoder")
+
+
+def learning_rate_schedule(trainer: config_lib.TrainerConfig, total_steps: int):
+    """Linear warm-up to ``trainer.learning_rate``, then cosine decay to 10% of it."""
+    warmup_steps = min(trainer.warmup_steps, max(total_steps // 2, 1))
+    return keras.optimizers.schedules.CosineDecay(
+        initial_learning_rate=0.0, decay_steps=max(total_steps - warmup_steps, 1), alpha=0.1,
+        warmup_target=trainer.learning_rate, warmup_steps=warmup_steps)
+
+
+def compile_model(model: keras.Model, trainer: config_lib.TrainerConfig, total_steps: int,
+                  learning_rate=None) -> keras.Model:
+    """Adam with gradient-norm clipping, the masked loss from logits and masked accuracy."""
+    from components.trainer import losses
+
+    optimizer = keras.optimizers.Adam(
+        learning_rate=learning_rate if learning_rate is not None else learning_rate_schedule(
+            trainer, total_steps),
+        clipnorm=trainer.clipnorm)
+    if trainer.mixed_precision:
+        optimizer = keras.optimizers.LossScaleOptimizer(optimizer)
+    model.compile(optimizer=optimizer, loss=losses.MaskedCaptionLoss(),
+                  metrics=[losses.MaskedTokenAccuracy()])
+    return model

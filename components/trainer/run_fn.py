@@ -1,0 +1,132 @@
+"""TFX Trainer entry point: ``run_fn(fn_args)`` trains the decoder under MirroredStrategy.
+
+Reads the vocabulary, GloVe matrix and caption facts from the Transform output,
+builds the model from the config (``custom_config["pipeline_config"]``), and
+trains with:
+
+* ``tf.distribute.MirroredStrategy`` over all visible GPUs, or over the CPU
+  devices when there is none (one, unless tests split the CPU into two logical
+  devices); global batch = per-replica batch × replicas;
+* ``BackupAndRestore`` in a directory derived from the inputs, the config and
+  the code (``custom_config["backup_root"]``), not from the execution's working
+  directory, so a re-execution after a crash resumes where training stopped;
+* ``TerminateOnNaN`` (and ``run_fn`` then fails instead of exporting a broken
+  model), ``EarlyStopping`` on dev loss with the best weights restored,
+  ``TensorBoard`` under ``model_run_dir`` and one log line per epoch.
+
+Writes ``decoder.keras`` and ``caption_facts.json`` to ``serving_model_dir`` and
+``history.json`` (loss, dev loss, accuracy per epoch) to ``model_run_dir``.
+"""
+
+import hashlib
+import json
+import math
+import os
+from typing import List
+
+import keras
+import numpy as np
+import tensorflow as tf
+import tensorflow_transform as tft
+from absl import logging
+
+from components import config as config_lib
+from components import preprocessing
+from components.trainer import inputs
+from components.trainer import model as model_lib
+
+DECODER_FILE = "decoder.keras"
+FACTS_FILE = "caption_facts.json"
+HISTORY_FILE = "history.json"
+
+
+class NonFiniteLossError(RuntimeError):
+    """Training produced a NaN/inf loss; no model is written."""
+
+
+def make_strategy() -> tf.distribute.MirroredStrategy:
+    gpus = tf.config.list_logical_devices("GPU")
+    devices = [device.name for device in (gpus or tf.config.list_logical_devices("CPU"))]
+    return tf.distribute.MirroredStrategy(devices=devices)
+
+
+def backup_dir(backup_root: str, train_files: List[str], transform_output: str, config_json: str,
+               code_fingerprint: str) -> str:
+    """The same directory for the same inputs, config and code, whatever the execution id."""
+    digest = hashlib.sha256("\n".join(
+        sorted(train_files) + [transform_output, config_json, code_fingerprint]).encode("utf-8"))
+    return os.path.join(backup_root, digest.hexdigest()[:16])
+
+
+class EpochLogger(keras.callbacks.Callback):
+    def on_epoch_end(self, epoch, logs=None):
+        logs = logs or {}
+        logging.info("epoch %d: %s", epoch + 1,
+                     ", ".join(f"{name} {value:.4f}" for name, value in sorted(logs.items())))
+
+
+def train(pipeline_config: config_lib.PipelineConfig, train_files: List[str], eval_files: List[str],
+          transform_output_dir: str, model_run_dir: str, serving_model_dir: str,
+          backup_directory: str, extra_callbacks=()) -> dict:
+    """Trains and writes the model; returns the history. Used by ``run_fn`` and tests."""
+    trainer = pipeline_config.trainer
+    words, matrix, facts = preprocessing.read_transform_assets(
+        tft.TFTransformOutput(transform_output_dir))
+    max_caption_length = facts["max_caption_length"]
+    fine_tune = trainer.fine_tune_embedding or facts["embedding_trainable_by_default"]
+    if facts["embedding_trainable_by_default"] and not trainer.fine_tune_embedding:
+        logging.warning("Transform had no GloVe file: training the randomly initialised embedding.")
+
+    strategy = make_strategy()
+    global_batch = trainer.per_replica_batch_size * strategy.num_replicas_in_sync
+    logging.info("Training on %d replica(s) %s, global batch %d, vocabulary %d ids (%d words).",
+                 strategy.num_replicas_in_sync, strategy.extended.worker_devices, global_batch,
+                 matrix.shape[0], len(words))
+    train_dataset = inputs.make_dataset(train_files, max_caption_length, global_batch, shuffle=True,
+                                        seed=trainer.seed, cache=trainer.cache_dataset)
+    eval_dataset = inputs.make_dataset(eval_files, max_caption_length, global_batch, shuffle=False,
+                                       cache=trainer.cache_dataset)
+    steps_per_epoch = max(1, math.ceil(facts["train_captions"] / global_batch))
+    with strategy.scope():
+        keras.utils.set_random_seed(trainer.seed)
+        model = model_lib.build_captioning_model(trainer, matrix.shape[0], matrix,
+                                                 fine_tune_embedding=fine_tune)
+        model_lib.compile_model(model, trainer, total_steps=steps_per_epoch * trainer.epochs)
+
+    callbacks = [
+        keras.callbacks.BackupAndRestore(backup_directory),
+        keras.callbacks.TerminateOnNaN(),
+        keras.callbacks.EarlyStopping(monitor="val_loss", patience=trainer.early_stopping_patience,
+                                      restore_best_weights=True),
+        keras.callbacks.TensorBoard(log_dir=os.path.join(model_run_dir, "tensorboard")),
+        EpochLogger(),
+        *extra_callbacks,
+    ]
+    history = model.fit(train_dataset, validation_data=eval_dataset, epochs=trainer.epochs,
+                        callbacks=callbacks, verbose=2)
+    losses = history.history.get("loss", [])
+    if not losses or not np.all(np.isfinite(losses)):
+        raise NonFiniteLossError(f"Training stopped on a non-finite loss; losses per epoch: {losses}")
+
+    tf.io.gfile.makedirs(model_run_dir)
+    with tf.io.gfile.GFile(os.path.join(model_run_dir, HISTORY_FILE), "w") as stream:
+        json.dump({"epoch": [int(epoch) for epoch in history.epoch],
+                   **{name: [float(value) for value in values]
+                      for name, values in history.history.items()}}, stream, indent=2)
+    tf.io.gfile.makedirs(serving_model_dir)
+    model.save(os.path.join(serving_model_dir, DECODER_FILE))
+    with tf.io.gfile.GFile(os.path.join(serving_model_dir, FACTS_FILE), "w") as stream:
+        json.dump(facts, stream, indent=2, sort_keys=True)
+    return history.history
+
+
+def run_fn(fn_args) -> None:
+    """TFX Trainer entry point (``Trainer(run_fn="components.trainer.run_fn.run_fn")``)."""
+    custom_config = fn_args.custom_config or {}
+    config_json = custom_config["pipeline_config"]
+    pipeline_config = config_lib.PipelineConfig.from_json(config_json)
+    backup_root = custom_config.get("backup_root") or os.path.join(fn_args.model_run_dir, "backup")
+    train(pipeline_config, fn_args.train_files, fn_args.eval_files, fn_args.transform_output,
+          fn_args.model_run_dir, fn_args.serving_model_dir,
+          backup_dir(backup_root, fn_args.train_files, fn_args.transform_output, config_json,
+                     custom_config.get("code_fingerprint", "")))
