@@ -15,6 +15,7 @@ from keras import ops
 from components import caption_text
 
 
+@keras.saving.register_keras_serializable(package="flickr8k_captioning")
 class MaskedCaptionLoss(keras.losses.Loss):
     """Mean sparse cross-entropy from logits over non-padding target tokens."""
 
@@ -30,6 +31,7 @@ class MaskedCaptionLoss(keras.losses.Loss):
         return ops.sum(token_losses * mask) / ops.maximum(ops.sum(mask), 1.0)
 
 
+@keras.saving.register_keras_serializable(package="flickr8k_captioning")
 class MaskedTokenAccuracy(keras.metrics.Mean):
     """Share of non-padding target tokens whose arg-max logit is the target."""
 

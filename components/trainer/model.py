@@ -32,6 +32,7 @@ IMAGE_FEATURES = "image_features"
 INPUT_IDS = "input_ids"
 
 
+@keras.saving.register_keras_serializable(package="flickr8k_captioning")
 class DropMask(keras.layers.Layer):
     """Identity that drops the Keras mask, so the loss alone decides what is padding."""
 

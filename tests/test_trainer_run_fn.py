@@ -1,0 +1,143 @@
+"""Tests of the Trainer's run_fn path: 2 replicas, learning, NaN guard, resume after interruption
+and after kill -9."""
+
+import functools
+import glob
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+import apache_beam as beam
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+import tensorflow_transform.beam as tft_beam
+from tensorflow_transform.beam.tft_beam_io import transform_fn_io
+
+from components import config as config_lib
+from components import demo_data, preprocessing
+from components.trainer import run_fn
+from tests.test_preprocessing import RAW_METADATA
+
+pytestmark = pytest.mark.slow
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _raw_examples(count, seed):
+    """Demo captions with features that encode the colour of the first shape."""
+    rng = np.random.RandomState(seed)
+    colours = list(demo_data.COLOURS)
+    rows = []
+    for number in range(count):
+        spec = demo_data.ShapeSpec(colours[number % 4], demo_data.SHAPES[number % 3], "small",
+                                   list(demo_data.POSITIONS)[number % 5])
+        features = rng.normal(0, 0.1, size=(49, 2048)).astype(np.float32)
+        features[:, number % 4] += 3.0
+        rows.append({"image_id": f"{number}.jpg".encode(),
+                     "image_features": features.astype("<f2").tobytes(),
+                     "captions": [caption.encode() for caption in demo_data.captions_for([spec])],
+                     "caption_indices": list(range(5))})
+    return rows
+
+
+@pytest.fixture(scope="module")
+def transformed(tmp_path_factory):
+    root = tmp_path_factory.mktemp("transformed")
+    pipeline_config = config_lib.PipelineConfig(transform=config_lib.TransformConfig(vocab_frequency_threshold=1))
+    preprocessing_fn = functools.partial(
+        preprocessing.preprocessing_fn, custom_config={"pipeline_config": pipeline_config.to_json()})
+    train, dev = _raw_examples(48, 0), _raw_examples(12, 1)
+    with beam.Pipeline() as pipeline, tft_beam.Context(temp_dir=tempfile.mkdtemp(dir=str(root))):
+        (transformed_train, metadata), transform_fn = (
+            (pipeline | "Train" >> beam.Create(train), RAW_METADATA)
+            | tft_beam.AnalyzeAndTransformDataset(preprocessing_fn, output_record_batches=False))
+        transformed_dev, _ = (((pipeline | "Dev" >> beam.Create(dev), RAW_METADATA), transform_fn)
+                              | tft_beam.TransformDataset())
+        _ = transform_fn | transform_fn_io.WriteTransformFn(str(root / "transform_graph"))
+        coder = tft.coders.ExampleProtoCoder(metadata.schema)
+        for split, data in (("train", transformed_train), ("dev", transformed_dev)):
+            _ = (data | f"Encode{split}" >> beam.Map(coder.encode)
+                 | f"Write{split}" >> beam.io.WriteToTFRecord(str(root / f"Split-{split}" / "part"),
+                                                             file_name_suffix=".gz"))
+    return root
+
+
+import tensorflow_transform as tft  # noqa: E402  (used inside the fixture)
+
+
+def _config(**trainer):
+    values = dict(epochs=4, per_replica_batch_size=8, image_dense_units=(64, 32), lstm_units=32,
+                  second_lstm_units=32, attention_key_dim=16, warmup_steps=5, learning_rate=3e-3)
+    values.update(trainer)
+    return config_lib.PipelineConfig(trainer=config_lib.TrainerConfig(**values))
+
+
+def _train(transformed, out, pipeline_config, extra_callbacks=()):
+    return run_fn.train(pipeline_config, [str(transformed / "Split-train" / "*")],
+                        [str(transformed / "Split-dev" / "*")], str(transformed / "transform_graph"),
+                        str(out / "run"), str(out / "serving"), str(out / "backup"), extra_callbacks)
+
+
+def test_two_replicas_train_learn_and_write_the_model(transformed, tmp_path):
+    assert run_fn.make_strategy().num_replicas_in_sync == 2
+    history = _train(transformed, tmp_path, _config())
+    assert history["val_loss"][-1] < history["val_loss"][0]
+    saved = json.loads((tmp_path / "run" / run_fn.HISTORY_FILE).read_text())
+    assert saved["loss"] == pytest.approx(history["loss"]) and len(saved["val_masked_accuracy"]) == 4
+    model = keras.models.load_model(str(tmp_path / "serving" / run_fn.DECODER_FILE), compile=False)
+    facts = json.loads((tmp_path / "serving" / run_fn.FACTS_FILE).read_text())
+    assert model.output_shape[-1] == facts["vocabulary_size"]
+    assert glob.glob(str(tmp_path / "run" / "tensorboard" / "train" / "*"))
+
+
+def test_nan_loss_stops_training_and_writes_no_model(transformed, tmp_path):
+    class PoisonWeights(keras.callbacks.Callback):
+        def on_train_batch_end(self, batch, logs=None):
+            if batch == 1:
+                layer = self.model.get_layer("logits")
+                layer.kernel.assign(tf.fill(layer.kernel.shape, np.float32("nan")))
+
+    with pytest.raises(run_fn.NonFiniteLossError):
+        _train(transformed, tmp_path, _config(), extra_callbacks=[PoisonWeights()])
+    assert not (tmp_path / "serving" / run_fn.DECODER_FILE).exists()
+
+
+def test_interrupted_training_resumes_and_runs_only_the_remaining_epochs(transformed, tmp_path):
+    class Interrupt(keras.callbacks.Callback):
+        def on_epoch_end(self, epoch, logs=None):
+            if epoch == 1:
+                raise KeyboardInterrupt("simulated preemption after epoch 2")
+
+    with pytest.raises(KeyboardInterrupt):
+        _train(transformed, tmp_path, _config(), extra_callbacks=[Interrupt()])
+    history = _train(transformed, tmp_path, _config())
+    assert len(history["loss"]) == 2  # epochs 3 and 4 only
+
+
+def test_killed_training_resumes_from_backup(transformed, tmp_path):
+    script = (
+        "import sys, pathlib\n"
+        "from tests import conftest\n"
+        "conftest.pytest_configure(None)\n"
+        "from tests.test_trainer_run_fn import _train, _config\n"
+        "_train(pathlib.Path(sys.argv[1]), pathlib.Path(sys.argv[2]), _config(epochs=6))\n")
+    job = subprocess.Popen([sys.executable, "-c", script, str(transformed), str(tmp_path)],
+                           cwd=REPO_ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 300
+    while time.time() < deadline and job.poll() is None:
+        if glob.glob(str(tmp_path / "backup" / "**" / "*.json"), recursive=True) or glob.glob(
+                str(tmp_path / "backup" / "*")):
+            time.sleep(1.0)  # let the first epoch's backup finish writing
+            break
+        time.sleep(0.2)
+    os.kill(job.pid, signal.SIGKILL)
+    job.wait()
+    assert job.returncode == -signal.SIGKILL, "training finished before it could be killed"
+    history = _train(transformed, tmp_path, _config(epochs=6))
+    assert 1 <= len(history["loss"]) < 6
+    assert (tmp_path / "serving" / run_fn.DECODER_FILE).exists()
