@@ -16,6 +16,7 @@ import keras
 import numpy as np
 import pytest
 import tensorflow as tf
+import tensorflow_transform as tft
 import tensorflow_transform.beam as tft_beam
 from tensorflow_transform.beam.tft_beam_io import transform_fn_io
 
@@ -48,7 +49,8 @@ def _raw_examples(count, seed):
 @pytest.fixture(scope="module")
 def transformed(tmp_path_factory):
     root = tmp_path_factory.mktemp("transformed")
-    pipeline_config = config_lib.PipelineConfig(transform=config_lib.TransformConfig(vocab_frequency_threshold=1))
+    pipeline_config = config_lib.PipelineConfig(
+        transform=config_lib.TransformConfig(vocab_frequency_threshold=1))
     preprocessing_fn = functools.partial(
         preprocessing.preprocessing_fn, custom_config={"pipeline_config": pipeline_config.to_json()})
     train, dev = _raw_examples(48, 0), _raw_examples(12, 1)
@@ -65,9 +67,6 @@ def transformed(tmp_path_factory):
                  | f"Write{split}" >> beam.io.WriteToTFRecord(str(root / f"Split-{split}" / "part"),
                                                              file_name_suffix=".gz"))
     return root
-
-
-import tensorflow_transform as tft  # noqa: E402  (used inside the fixture)
 
 
 def _config(**trainer):
