@@ -60,7 +60,7 @@ def main(argv=None) -> int:
     parser.add_argument("--output_dir", default="outputs/bench")
     parser.add_argument("--data_dir", default=SAMPLE_TEXT_DIR,
                         help="Flickr8k layout whose text files the reader benchmark reads")
-    parser.add_argument("--only", action="append", default=[], choices=("reader", "ingestion", "vocabulary"),
+    parser.add_argument("--only", action="append", default=[], choices=("reader", "ingestion", "vocabulary", "trainer"),
                         help="run only these benchmarks (repeatable)")
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)
     results = []
@@ -68,6 +68,10 @@ def main(argv=None) -> int:
         from benchmarks.ingestion_bench import bench_ingestion
 
         results.append(bench_ingestion())
+    if "trainer" in args.only or not args.only:
+        from benchmarks.trainer_bench import bench_trainer
+
+        results.append(bench_trainer())
     real_data = os.path.isdir(args.data_dir)
     if not real_data:
         print(f"reader and vocabulary benchmarks skipped: no Flickr8k text files at {args.data_dir}")

@@ -1,0 +1,128 @@
+"""Export: a self-contained SavedModel that turns image bytes into captions.
+
+Signatures (inputs → outputs; see README "Serving"):
+
+* ``serving_default``: ``images`` (string ``[batch]``, JPEG/PNG bytes) →
+  ``caption`` (string), ``tokens`` (int32 ``[batch, max_length - 1]``, 0-padded),
+  ``score`` (float32, summed log-probability), greedy decoding. Decoding,
+  resizing, ResNet50 preprocessing and the ResNet50 feature extractor (the
+  weights ingestion used) are in the graph.
+* ``beam_search``: ``images`` and ``beam_width`` (int32 scalar) → the same outputs.
+* ``caption_features``: ``image_features`` (float32 ``[batch, 49, 2048]``) → the
+  same outputs, greedy; ``caption_features_beam`` adds ``beam_width``.
+* ``serving_examples``: serialized ``tf.Example`` (``image_features`` bytes as
+  ingestion writes them) → the same outputs, greedy.
+* ``transform_features``: serialized raw ``tf.Example`` → the Transform
+  output (the tf.Transform layer, with the vocabulary, is tracked by the model).
+
+Only TensorFlow is needed to load and call it.
+"""
+
+import os
+
+import keras
+import tensorflow as tf
+import tensorflow_transform as tft
+
+from components import config as config_lib
+from components import decoding, preprocessing, resnet_features
+
+CAPTION = "caption"
+TOKENS = "tokens"
+SCORE = "score"
+
+
+class CaptionModule(tf.Module):
+    """Everything the signatures need, tracked for ``tf.saved_model.save``."""
+
+    def __init__(self, decoder: keras.Model, feature_extractor: keras.Model,
+                 transform_output: tft.TFTransformOutput, vocabulary, max_length: int,
+                 features: config_lib.FeaturesConfig):
+        super().__init__()
+        self.decoder = decoder
+        self.feature_extractor = feature_extractor
+        self.tft_layer = transform_output.transform_features_layer()
+        self._raw_feature_spec = transform_output.raw_feature_spec()
+        self.vocabulary = tf.constant(vocabulary, tf.string)
+        self._max_length = max_length
+        self._image_size = features.image_size
+
+    def _step_logits(self, image_features, ids):
+        return self.decoder({"image_features": image_features, "input_ids": ids}, training=False)
+
+    def _outputs(self, ids, scores):
+        return {CAPTION: decoding.ids_to_captions(ids, self.vocabulary), TOKENS: ids, SCORE: scores}
+
+    def _image_features(self, images):
+        def decode_one(image_bytes):
+            pixels = tf.io.decode_image(image_bytes, channels=3, expand_animations=False)
+            return resnet_features.resize_for_resnet(pixels, self._image_size)
+
+        resized = tf.map_fn(decode_one, images, fn_output_signature=tf.TensorSpec(
+            [self._image_size, self._image_size, 3], tf.float32))
+        return self.feature_extractor(resized, training=False)
+
+    def caption_features(self, image_features):
+        return self._outputs(*decoding.greedy_decode(self._step_logits, image_features, self._max_length))
+
+    def caption_features_beam(self, image_features, beam_width):
+        return self._outputs(*decoding.beam_search_decode(
+            self._step_logits, image_features, self._max_length, beam_width))
+
+    def caption_images(self, images):
+        return self.caption_features(self._image_features(images))
+
+    def caption_images_beam(self, images, beam_width):
+        return self.caption_features_beam(self._image_features(images), beam_width)
+
+    def caption_examples(self, serialized):
+        parsed = tf.io.parse_example(serialized, {
+            preprocessing.IMAGE_FEATURES: tf.io.FixedLenFeature([1], tf.string)})
+        raw = tf.io.decode_raw(parsed[preprocessing.IMAGE_FEATURES][:, 0], tf.float16, little_endian=True)
+        image_features = tf.cast(tf.reshape(
+            raw, [-1, resnet_features.FEATURE_POSITIONS, resnet_features.FEATURE_DEPTH]), tf.float32)
+        return self.caption_features(image_features)
+
+    def transform_features(self, serialized):
+        return self.tft_layer(tf.io.parse_example(serialized, self._raw_feature_spec))
+
+
+def signatures(module: CaptionModule) -> dict:
+    images = tf.TensorSpec([None], tf.string, name="images")
+    width = tf.TensorSpec([], tf.int32, name="beam_width")
+    features = tf.TensorSpec([None, resnet_features.FEATURE_POSITIONS, resnet_features.FEATURE_DEPTH],
+                             tf.float32, name="image_features")
+    examples = tf.TensorSpec([None], tf.string, name="examples")
+    return {
+        "serving_default": tf.function(lambda images: module.caption_images(images)).get_concrete_function(
+            images),
+        "beam_search": tf.function(
+            lambda images, beam_width: module.caption_images_beam(images, beam_width)
+        ).get_concrete_function(images, width),
+        "caption_features": tf.function(
+            lambda image_features: module.caption_features(image_features)).get_concrete_function(features),
+        "caption_features_beam": tf.function(
+            lambda image_features, beam_width: module.caption_features_beam(image_features, beam_width)
+        ).get_concrete_function(features, width),
+        "serving_examples": tf.function(
+            lambda examples: module.caption_examples(examples)).get_concrete_function(examples),
+        "transform_features": tf.function(
+            lambda examples: module.transform_features(examples)).get_concrete_function(examples),
+    }
+
+
+def export_saved_model(decoder: keras.Model, transform_output_dir: str,
+                       pipeline_config: config_lib.PipelineConfig, export_dir: str) -> str:
+    """Writes the SavedModel to ``export_dir`` and returns it."""
+    transform_output = tft.TFTransformOutput(transform_output_dir)
+    words, _, facts = preprocessing.read_transform_assets(transform_output)
+    vocabulary = list(facts["reserved_tokens"]) + words
+    max_length = pipeline_config.export.max_decode_length or facts["max_caption_length"]
+    module = CaptionModule(decoder, resnet_features.build_feature_extractor(pipeline_config.features),
+                           transform_output, vocabulary, max_length, pipeline_config.features)
+    tf.saved_model.save(module, export_dir, signatures=signatures(module))
+    return export_dir
+
+
+def is_saved_model_dir(path: str) -> bool:
+    return tf.io.gfile.exists(os.path.join(path, "saved_model.pb"))
