@@ -60,7 +60,8 @@ def main(argv=None) -> int:
     parser.add_argument("--output_dir", default="outputs/bench")
     parser.add_argument("--data_dir", default=SAMPLE_TEXT_DIR,
                         help="Flickr8k layout whose text files the reader benchmark reads")
-    parser.add_argument("--only", action="append", default=[], choices=("reader", "ingestion", "vocabulary", "trainer"),
+    parser.add_argument("--only", action="append", default=[],
+                        choices=("reader", "ingestion", "vocabulary", "trainer"),
                         help="run only these benchmarks (repeatable)")
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)
     results = []
