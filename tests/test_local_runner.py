@@ -60,12 +60,12 @@ def test_local_pipeline_runs_caches_and_matches_the_standalone_job(tmp_path, cap
     from components import flickr8k_gen
     from pipeline import fingerprints
 
-    argv = ["run", f"--output_dir={tmp_path}", "--set", "data.demo_num_images=12",
+    argv = ["run", f"--output_dir={tmp_path}", "--set", "data.demo_num_images=20",
             "--set", "runtime.direct_num_workers=1", "--set", "trainer.epochs=2",
             "--set", "trainer.per_replica_batch_size=16"]
     assert local_runner.main(argv) == 0
     printed = capsys.readouterr().out
-    assert "pairs read 60 = accepted 60 + rejected 0" in printed
+    assert "pairs read 100 = accepted 100 + rejected 0" in printed
     assert "Transform graph: " in printed and "vocabulary: " in printed
     assert "Trained model: " in printed and "dev loss" in printed
     first = _executions(tmp_path)
@@ -89,7 +89,7 @@ def test_local_pipeline_runs_caches_and_matches_the_standalone_job(tmp_path, cap
 
     # The standalone Beam job writes the same records as the component.
     standalone_dir = tmp_path / "standalone"
-    data_dir = tmp_path / "demo_data" / "seed8_n12"
+    data_dir = tmp_path / "demo_data" / "seed8_n20"
     assert flickr8k_gen.main([f"--data_dir={data_dir}", f"--output_dir={standalone_dir}",
                               "--runner=DirectRunner"]) == 0
     assert records_digest(str(standalone_dir)) == records_digest(examples_uri)
@@ -104,7 +104,7 @@ def test_local_pipeline_runs_caches_and_matches_the_standalone_job(tmp_path, cap
     assert local_runner.main(argv) == 0
     fourth = dict(_executions(tmp_path)[3 * len(first):])
     assert fourth["Flickr8kExampleGen"] == "COMPLETE" and fourth["Transform"] == "COMPLETE"
-    assert "pairs read 60 = accepted 59 + rejected 1 {'duplicate_caption': 1}" in capsys.readouterr().out
+    assert "pairs read 100 = accepted 99 + rejected 1 {'duplicate_caption': 1}" in capsys.readouterr().out
 
 
 def test_code_fingerprint_changes_with_the_source(tmp_path, monkeypatch):
