@@ -46,8 +46,13 @@ class NonFiniteLossError(RuntimeError):
 
 def make_strategy() -> tf.distribute.MirroredStrategy:
     gpus = tf.config.list_logical_devices("GPU")
-    devices = [device.name for device in (gpus or tf.config.list_logical_devices("CPU"))]
-    return tf.distribute.MirroredStrategy(devices=devices)
+    if gpus:
+        return tf.distribute.MirroredStrategy(devices=[device.name for device in gpus])
+    # On CPU devices, collective all-reduce keys clash between two strategies built in
+    # one process (shape mismatch in the collective instance); reduce on one device.
+    return tf.distribute.MirroredStrategy(
+        devices=[device.name for device in tf.config.list_logical_devices("CPU")],
+        cross_device_ops=tf.distribute.ReductionToOneDevice())
 
 
 def backup_dir(backup_root: str, train_files: List[str], transform_output: str, config_json: str,
