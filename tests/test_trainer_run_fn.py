@@ -22,7 +22,7 @@ from tensorflow_transform.beam.tft_beam_io import transform_fn_io
 
 from components import config as config_lib
 from components import demo_data, preprocessing
-from components.trainer import run_fn
+from components.trainer import inputs, run_fn
 from tests.test_preprocessing import RAW_METADATA
 
 pytestmark = pytest.mark.slow
@@ -140,3 +140,22 @@ def test_killed_training_resumes_from_backup(transformed, tmp_path):
     history = _train(transformed, tmp_path, _config(epochs=6))
     assert 1 <= len(history["loss"]) < 6
     assert (tmp_path / "serving" / run_fn.DECODER_FILE).exists()
+
+
+def test_batches_that_do_not_split_evenly_over_the_replicas(transformed, tmp_path):
+    """5 dev captions over 2 replicas (3 + 2): every caption is still evaluated."""
+    one_image = tmp_path / "one_dev_image.gz"
+    first_record = next(iter(tf.data.TFRecordDataset(
+        sorted(glob.glob(str(transformed / "Split-dev" / "*"))), compression_type="GZIP")))
+    with tf.io.TFRecordWriter(str(one_image), options="GZIP") as writer:
+        writer.write(first_record.numpy())
+    facts = json.loads(tf.io.read_file(str(
+        transformed / "transform_graph" / "transform_fn" / "assets" / "caption_facts.json")).numpy())
+    batches = list(inputs.make_dataset([str(one_image)], facts["max_caption_length"], 16, shuffle=False))
+    assert len(batches) == 1 and batches[0][1].shape[0] == 16  # filled up to the global batch
+    real_captions = np.sum(np.any(batches[0][1].numpy() != 0, axis=1))
+    assert real_captions == 5 and np.all(batches[0][0]["input_ids"].numpy()[5:] == 0)
+    history = run_fn.train(_config(epochs=1), [str(transformed / "Split-train" / "*")],
+                           [str(one_image)], str(transformed / "transform_graph"),
+                           str(tmp_path / "run"), str(tmp_path / "serving"), str(tmp_path / "backup"))
+    assert np.isfinite(history["val_loss"][0])

@@ -6,6 +6,12 @@ parsed once per image) and ``caption_ids`` (its captions, each
 parallel, caches the parsed images (float16, ~200 KB each) when asked, and
 expands each image into one training pair per caption: ``input_ids`` = the
 caption without its last id, ``target_ids`` = without its first.
+
+Every batch has exactly ``batch_size`` rows: the last, short batch of an epoch
+is filled up with all-padding captions (target ids 0, which the loss and the
+accuracy exclude) and zero features. Nothing is dropped, and MirroredStrategy
+never has to split a batch unevenly over its replicas (an odd eval batch of 5
+captions over 2 replicas failed in Keras' first symbolic step).
 """
 
 from typing import List
@@ -44,6 +50,16 @@ def _caption_pairs(image_features: tf.Tensor, caption_ids: tf.Tensor) -> tf.data
     return tf.data.Dataset.from_tensor_slices((repeated, caption_ids))
 
 
+def _fill_batch(batch_size: int):
+    def fill(image_features: tf.Tensor, caption_ids: tf.Tensor):
+        missing = batch_size - tf.shape(caption_ids)[0]
+        image_features = tf.pad(image_features, [[0, missing], [0, 0], [0, 0]])
+        caption_ids = tf.pad(caption_ids, [[0, missing], [0, 0]])  # PAD_ID rows: no real tokens
+        return (tf.ensure_shape(image_features, [batch_size, *image_features.shape[1:]]),
+                tf.ensure_shape(caption_ids, [batch_size, caption_ids.shape[1]]))
+    return fill
+
+
 def _to_model_inputs(image_features: tf.Tensor, caption_ids: tf.Tensor):
     return ({model_lib.IMAGE_FEATURES: tf.cast(image_features, tf.float32),
              model_lib.INPUT_IDS: caption_ids[:, :-1]},
@@ -67,5 +83,6 @@ def make_dataset(file_patterns: List[str], max_caption_length: int, batch_size: 
     if shuffle:
         pairs = pairs.shuffle(4 * batch_size, seed=seed, reshuffle_each_iteration=True)
     return (pairs.batch(batch_size)
+            .map(_fill_batch(batch_size), num_parallel_calls=tf.data.AUTOTUNE)
             .map(_to_model_inputs, num_parallel_calls=tf.data.AUTOTUNE)
             .prefetch(tf.data.AUTOTUNE))
