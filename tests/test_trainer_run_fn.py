@@ -98,7 +98,7 @@ def test_nan_loss_stops_training_and_writes_no_model(transformed, tmp_path):
     class PoisonWeights(keras.callbacks.Callback):
         def on_train_batch_end(self, batch, logs=None):
             if batch == 1:
-                layer = self.model.get_layer("logits")
+                layer = self.model.get_layer("text_decoder").get_layer("logits")
                 layer.kernel.assign(tf.fill(layer.kernel.shape, np.float32("nan")))
 
     with pytest.raises(run_fn.NonFiniteLossError):

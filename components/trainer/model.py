@@ -3,8 +3,8 @@
 The architecture family of the original report (``../shared/seed/``), fixed
 where it was wrong:
 
-    image_features [49, 2048] → Dense(1024, relu) → Dense(512, relu)
-    caption ids → Embedding (GloVe matrix; frozen unless fine-tuning; mask_zero)
+    image_encoder:  image_features [49, 2048] → Dense(1024, relu) → Dense(512, relu)
+    text_decoder:   caption ids → Embedding (GloVe matrix; frozen unless fine-tuning; mask_zero)
       → LSTM(512, return_sequences)
       → MultiHeadAttention(query = text, key/value = image) → Add → LayerNorm → Dropout
       → LSTM(256, return_sequences) → Dropout → Dense(vocabulary) logits
@@ -30,6 +30,9 @@ from components import resnet_features
 
 IMAGE_FEATURES = "image_features"
 INPUT_IDS = "input_ids"
+IMAGE_PROJECTION = "image_projection"
+IMAGE_ENCODER = "image_encoder"
+TEXT_DECODER = "text_decoder"
 
 
 @keras.saving.register_keras_serializable(package="flickr8k_captioning")
@@ -63,6 +66,10 @@ def build_captioning_model(
       embedding_dim: used only without a matrix.
       fine_tune_embedding: overrides ``trainer.fine_tune_embedding`` (the Trainer
         fine-tunes when Transform had no GloVe file).
+
+    The model is two nested models, ``image_encoder`` (the Dense projection of
+    the feature map) and ``text_decoder`` (the rest); :func:`split_model`
+    returns them.
     """
     if embedding_matrix is not None and embedding_matrix.shape[0] != vocabulary_size:
         raise ValueError(f"Embedding matrix has {embedding_matrix.shape[0]} rows for a vocabulary of "
@@ -74,12 +81,30 @@ def build_captioning_model(
     image_features = keras.Input((resnet_features.FEATURE_POSITIONS, resnet_features.FEATURE_DEPTH),
                                  name=IMAGE_FEATURES)
     input_ids = keras.Input((None,), dtype="int32", name=INPUT_IDS)
+    image_encoder = _build_image_encoder(trainer, policy)
+    text_decoder = _build_text_decoder(trainer, vocabulary_size, embedding_matrix, dim, trainable,
+                                       policy)
+    logits = text_decoder({IMAGE_PROJECTION: image_encoder(image_features), INPUT_IDS: input_ids})
+    return keras.Model({IMAGE_FEATURES: image_features, INPUT_IDS: input_ids}, logits,
+                       name="caption_model")
 
+
+def _build_image_encoder(trainer: config_lib.TrainerConfig, policy: str) -> keras.Model:
+    image_features = keras.Input((resnet_features.FEATURE_POSITIONS, resnet_features.FEATURE_DEPTH),
+                                 name=IMAGE_FEATURES)
     image = image_features
     for index, units in enumerate(trainer.image_dense_units):
         image = keras.layers.Dense(units, activation="relu", dtype=policy,
                                    name=f"image_dense_{index}")(image)
+    return keras.Model(image_features, image, name=IMAGE_ENCODER)
 
+
+def _build_text_decoder(trainer: config_lib.TrainerConfig, vocabulary_size: int,
+                        embedding_matrix: Optional[np.ndarray], dim: int, trainable: bool,
+                        policy: str) -> keras.Model:
+    image = keras.Input((resnet_features.FEATURE_POSITIONS, trainer.image_dense_units[-1]),
+                        name=IMAGE_PROJECTION)
+    input_ids = keras.Input((None,), dtype="int32", name=INPUT_IDS)
     embedding = keras.layers.Embedding(
         vocabulary_size, dim, mask_zero=True, trainable=trainable, dtype=policy,
         embeddings_initializer=(keras.initializers.Constant(embedding_matrix)
@@ -100,8 +125,13 @@ def build_captioning_model(
     decoded = keras.layers.Dropout(trainer.dropout_rate, name="decoder_dropout")(decoded)
     logits = keras.layers.Dense(vocabulary_size, dtype="float32", name="logits")(decoded)
     logits = DropMask(dtype="float32", name="unmasked_logits")(logits)
-    return keras.Model({IMAGE_FEATURES: image_features, INPUT_IDS: input_ids}, logits,
-                       name="caption_decoder")
+    return keras.Model({IMAGE_PROJECTION: image, INPUT_IDS: input_ids}, logits, name=TEXT_DECODER)
+
+
+def split_model(model: keras.Model):
+    """``(image_encoder, text_decoder)`` of a model from :func:`build_captioning_model`:
+    decoding projects each image once and runs only the text decoder per step."""
+    return model.get_layer(IMAGE_ENCODER), model.get_layer(TEXT_DECODER)
 
 
 def learning_rate_schedule(trainer: config_lib.TrainerConfig, total_steps: int):
