@@ -1,6 +1,7 @@
 """Greedy and beam-search caption decoding as TensorFlow graph code (exportable).
 
-Both work on any ``step_logits(image_features, ids) -> [batch, length, vocabulary]``
+Both work on any ``step_logits(image_context, ids) -> [batch, length, vocabulary]``
+(``image_context``: whatever the step reads of the image, e.g. its projected feature map)
 function that is causal (the logits at position *i* depend on ids ≤ *i* only),
 like the trained decoder. Ids live in a fixed ``[batch, max_length]`` buffer
 that starts as ``<start>`` followed by padding; step *i* reads the logits at
@@ -49,14 +50,14 @@ def _write_column(ids: tf.Tensor, column: tf.Tensor, values: tf.Tensor) -> tf.Te
     return ids * (1 - one_hot) + values[..., tf.newaxis] * one_hot
 
 
-def greedy_decode(step_logits: StepLogits, image_features: tf.Tensor, max_length: int):
+def greedy_decode(step_logits: StepLogits, image_context: tf.Tensor, max_length: int):
     """Returns (ids [batch, max_length - 1] without <start>, score [batch])."""
-    batch = tf.shape(image_features)[0]
+    batch = tf.shape(image_context)[0]
     ids = _start_buffer(batch, max_length)
     finished = tf.zeros([batch], tf.bool)
     scores = tf.zeros([batch], tf.float32)
     for position in tf.range(max_length - 1):
-        logits = step_logits(image_features, ids)[:, position, :]
+        logits = step_logits(image_context, ids)[:, position, :]
         log_probs = _allowed_log_probs(logits, finished)
         chosen = tf.argmax(log_probs, axis=-1, output_type=tf.int32)
         scores += tf.reduce_max(log_probs, axis=-1)
@@ -65,13 +66,13 @@ def greedy_decode(step_logits: StepLogits, image_features: tf.Tensor, max_length
     return ids[:, 1:], scores
 
 
-def beam_search_decode(step_logits: StepLogits, image_features: tf.Tensor, max_length: int,
+def beam_search_decode(step_logits: StepLogits, image_context: tf.Tensor, max_length: int,
                        beam_width: tf.Tensor):
     """Returns the best beam per image: (ids [batch, max_length - 1], score [batch])."""
     beam_width = tf.cast(beam_width, tf.int32)
-    batch = tf.shape(image_features)[0]
+    batch = tf.shape(image_context)[0]
     flat = batch * beam_width
-    beam_features = tf.repeat(image_features, beam_width, axis=0)  # [batch * beams, ...]
+    beam_features = tf.repeat(image_context, beam_width, axis=0)  # [batch * beams, ...]
     ids = tf.reshape(_start_buffer(flat, max_length), [batch, beam_width, max_length])
     # Only beam 0 is live at the start, so the first step does not pick one token K times.
     scores = tf.tile(tf.where(tf.range(beam_width) == 0, 0.0, -1e9)[tf.newaxis], [batch, 1])

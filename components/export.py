@@ -26,7 +26,9 @@ import tensorflow_transform as tft
 
 from components import config as config_lib
 from components import decoding, preprocessing, resnet_features
+from components.trainer import model as model_lib
 
+ASSETS_EXTRA_DIR = "assets.extra"  # beside the SavedModel; TF Serving ignores it
 CAPTION = "caption"
 TOKENS = "tokens"
 SCORE = "score"
@@ -39,7 +41,8 @@ class CaptionModule(tf.Module):
                  transform_output: tft.TFTransformOutput, vocabulary, max_length: int,
                  features: config_lib.FeaturesConfig):
         super().__init__()
-        self.decoder = decoder
+        # The image is projected once; each decoding step runs only the text decoder.
+        self.image_encoder, self.text_decoder = model_lib.split_model(decoder)
         self.feature_extractor = feature_extractor
         self.tft_layer = transform_output.transform_features_layer()
         self._raw_feature_spec = transform_output.raw_feature_spec()
@@ -47,8 +50,12 @@ class CaptionModule(tf.Module):
         self._max_length = max_length
         self._image_size = features.image_size
 
-    def _step_logits(self, image_features, ids):
-        return self.decoder({"image_features": image_features, "input_ids": ids}, training=False)
+    def _step_logits(self, image_projection, ids):
+        return self.text_decoder({model_lib.IMAGE_PROJECTION: image_projection,
+                                  model_lib.INPUT_IDS: ids}, training=False)
+
+    def _project(self, image_features):
+        return self.image_encoder(image_features, training=False)
 
     def _outputs(self, ids, scores):
         return {CAPTION: decoding.ids_to_captions(ids, self.vocabulary), TOKENS: ids, SCORE: scores}
@@ -63,11 +70,12 @@ class CaptionModule(tf.Module):
         return self.feature_extractor(resized, training=False)
 
     def caption_features(self, image_features):
-        return self._outputs(*decoding.greedy_decode(self._step_logits, image_features, self._max_length))
+        return self._outputs(*decoding.greedy_decode(
+            self._step_logits, self._project(image_features), self._max_length))
 
     def caption_features_beam(self, image_features, beam_width):
         return self._outputs(*decoding.beam_search_decode(
-            self._step_logits, image_features, self._max_length, beam_width))
+            self._step_logits, self._project(image_features), self._max_length, beam_width))
 
     def caption_images(self, images):
         return self.caption_features(self._image_features(images))

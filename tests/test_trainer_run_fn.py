@@ -19,6 +19,7 @@ import tensorflow as tf
 import tensorflow_transform as tft
 import tensorflow_transform.beam as tft_beam
 from tensorflow_transform.beam.tft_beam_io import transform_fn_io
+from tensorflow_transform.tf_metadata import metadata_io
 
 from components import config as config_lib
 from components import demo_data, preprocessing
@@ -61,6 +62,8 @@ def transformed(tmp_path_factory):
         transformed_dev, _ = (((pipeline | "Dev" >> beam.Create(dev), RAW_METADATA), transform_fn)
                               | tft_beam.TransformDataset())
         _ = transform_fn | transform_fn_io.WriteTransformFn(str(root / "transform_graph"))
+        # As TFX's Transform does: the raw schema beside the graph (serving parses raw examples).
+        metadata_io.write_metadata(RAW_METADATA, str(root / "transform_graph" / "metadata"))
         coder = tft.coders.ExampleProtoCoder(metadata.schema)
         for split, data in (("train", transformed_train), ("dev", transformed_dev)):
             _ = (data | f"Encode{split}" >> beam.Map(coder.encode)
@@ -88,9 +91,10 @@ def test_two_replicas_train_learn_and_write_the_model(transformed, tmp_path):
     assert history["val_loss"][-1] < history["val_loss"][0]
     saved = json.loads((tmp_path / "run" / run_fn.HISTORY_FILE).read_text())
     assert saved["loss"] == pytest.approx(history["loss"]) and len(saved["val_masked_accuracy"]) == 4
-    model = keras.models.load_model(str(tmp_path / "serving" / run_fn.DECODER_FILE), compile=False)
-    facts = json.loads((tmp_path / "serving" / run_fn.FACTS_FILE).read_text())
+    model = keras.models.load_model(str(tmp_path / "run" / run_fn.DECODER_FILE), compile=False)
+    facts = json.loads((tmp_path / "serving" / "assets.extra" / run_fn.FACTS_FILE).read_text())
     assert model.output_shape[-1] == facts["vocabulary_size"]
+    assert (tmp_path / "serving" / "saved_model.pb").exists()
     assert glob.glob(str(tmp_path / "run" / "tensorboard" / "train" / "*"))
 
 
@@ -103,7 +107,7 @@ def test_nan_loss_stops_training_and_writes_no_model(transformed, tmp_path):
 
     with pytest.raises(run_fn.NonFiniteLossError):
         _train(transformed, tmp_path, _config(), extra_callbacks=[PoisonWeights()])
-    assert not (tmp_path / "serving" / run_fn.DECODER_FILE).exists()
+    assert not (tmp_path / "serving").exists() and not (tmp_path / "run" / run_fn.DECODER_FILE).exists()
 
 
 def test_interrupted_training_resumes_and_runs_only_the_remaining_epochs(transformed, tmp_path):
@@ -139,7 +143,7 @@ def test_killed_training_resumes_from_backup(transformed, tmp_path):
     assert job.returncode == -signal.SIGKILL, "training finished before it could be killed"
     history = _train(transformed, tmp_path, _config(epochs=6))
     assert 1 <= len(history["loss"]) < 6
-    assert (tmp_path / "serving" / run_fn.DECODER_FILE).exists()
+    assert (tmp_path / "serving" / "saved_model.pb").exists()
 
 
 def test_batches_that_do_not_split_evenly_over_the_replicas(transformed, tmp_path):

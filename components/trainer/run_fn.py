@@ -14,8 +14,10 @@ trains with:
   model), ``EarlyStopping`` on dev loss with the best weights restored,
   ``TensorBoard`` under ``model_run_dir`` and one log line per epoch.
 
-Writes ``decoder.keras`` and ``caption_facts.json`` to ``serving_model_dir`` and
-``history.json`` (loss, dev loss, accuracy per epoch) to ``model_run_dir``.
+Writes the self-contained serving SavedModel (``components.export``: JPEG
+bytes → captions) to ``serving_model_dir``, with the caption facts in its
+``assets.extra/``, and the Keras model ``decoder.keras`` and ``history.json``
+(loss, dev loss, accuracy per epoch) to ``model_run_dir``.
 """
 
 import hashlib
@@ -31,7 +33,7 @@ import tensorflow_transform as tft
 from absl import logging
 
 from components import config as config_lib
-from components import preprocessing
+from components import export, preprocessing
 from components.trainer import inputs
 from components.trainer import model as model_lib
 
@@ -118,10 +120,13 @@ def train(pipeline_config: config_lib.PipelineConfig, train_files: List[str], ev
         json.dump({"epoch": [int(epoch) for epoch in history.epoch],
                    **{name: [float(value) for value in values]
                       for name, values in history.history.items()}}, stream, indent=2)
-    tf.io.gfile.makedirs(serving_model_dir)
-    model.save(os.path.join(serving_model_dir, DECODER_FILE))
-    with tf.io.gfile.GFile(os.path.join(serving_model_dir, FACTS_FILE), "w") as stream:
+    model.save(os.path.join(model_run_dir, DECODER_FILE))
+    export.export_saved_model(model, transform_output_dir, pipeline_config, serving_model_dir)
+    extra_dir = os.path.join(serving_model_dir, export.ASSETS_EXTRA_DIR)
+    tf.io.gfile.makedirs(extra_dir)
+    with tf.io.gfile.GFile(os.path.join(extra_dir, FACTS_FILE), "w") as stream:
         json.dump(facts, stream, indent=2, sort_keys=True)
+    logging.info("Serving SavedModel written to %s", serving_model_dir)
     return history.history
 
 
