@@ -1,30 +1,23 @@
 """Tests of the Trainer's run_fn path: 2 replicas, learning, NaN guard, resume after interruption
 and after kill -9."""
 
-import functools
 import glob
 import json
 import os
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 
-import apache_beam as beam
 import keras
 import numpy as np
 import pytest
 import tensorflow as tf
-import tensorflow_transform as tft
-import tensorflow_transform.beam as tft_beam
-from tensorflow_transform.beam.tft_beam_io import transform_fn_io
-from tensorflow_transform.tf_metadata import metadata_io
 
 from components import config as config_lib
-from components import demo_data, preprocessing
+from components import demo_data
 from components.trainer import inputs, run_fn
-from tests.test_preprocessing import RAW_METADATA
+from tests import model_fixtures
 
 pytestmark = pytest.mark.slow
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -49,32 +42,16 @@ def _raw_examples(count, seed):
 
 @pytest.fixture(scope="module")
 def transformed(tmp_path_factory):
-    root = tmp_path_factory.mktemp("transformed")
     pipeline_config = config_lib.PipelineConfig(
         transform=config_lib.TransformConfig(vocab_frequency_threshold=1))
-    preprocessing_fn = functools.partial(
-        preprocessing.preprocessing_fn, custom_config={"pipeline_config": pipeline_config.to_json()})
-    train, dev = _raw_examples(48, 0), _raw_examples(12, 1)
-    with beam.Pipeline() as pipeline, tft_beam.Context(temp_dir=tempfile.mkdtemp(dir=str(root))):
-        (transformed_train, metadata), transform_fn = (
-            (pipeline | "Train" >> beam.Create(train), RAW_METADATA)
-            | tft_beam.AnalyzeAndTransformDataset(preprocessing_fn, output_record_batches=False))
-        transformed_dev, _ = (((pipeline | "Dev" >> beam.Create(dev), RAW_METADATA), transform_fn)
-                              | tft_beam.TransformDataset())
-        _ = transform_fn | transform_fn_io.WriteTransformFn(str(root / "transform_graph"))
-        # As TFX's Transform does: the raw schema beside the graph (serving parses raw examples).
-        metadata_io.write_metadata(RAW_METADATA, str(root / "transform_graph" / "metadata"))
-        coder = tft.coders.ExampleProtoCoder(metadata.schema)
-        for split, data in (("train", transformed_train), ("dev", transformed_dev)):
-            _ = (data | f"Encode{split}" >> beam.Map(coder.encode)
-                 | f"Write{split}" >> beam.io.WriteToTFRecord(str(root / f"Split-{split}" / "part"),
-                                                             file_name_suffix=".gz"))
+    root = tmp_path_factory.mktemp("transformed")
+    model_fixtures.transform_splits(str(root), {"train": _raw_examples(48, 0),
+                                                "dev": _raw_examples(12, 1)}, pipeline_config)
     return root
 
 
 def _config(**trainer):
-    values = dict(epochs=4, per_replica_batch_size=8, image_dense_units=(64, 32), lstm_units=32,
-                  second_lstm_units=32, attention_key_dim=16, warmup_steps=5, learning_rate=3e-3)
+    values = dict(model_fixtures.SMALL_TRAINER, epochs=4)
     values.update(trainer)
     return config_lib.PipelineConfig(trainer=config_lib.TrainerConfig(**values))
 
