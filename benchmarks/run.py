@@ -61,7 +61,7 @@ def main(argv=None) -> int:
     parser.add_argument("--data_dir", default=SAMPLE_TEXT_DIR,
                         help="Flickr8k layout whose text files the reader benchmark reads")
     parser.add_argument("--only", action="append", default=[],
-                        choices=("reader", "ingestion", "vocabulary", "trainer"),
+                        choices=("reader", "ingestion", "vocabulary", "trainer", "export"),
                         help="run only these benchmarks (repeatable)")
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)
     results = []
@@ -75,13 +75,17 @@ def main(argv=None) -> int:
         results.append(bench_trainer())
     real_data = os.path.isdir(args.data_dir)
     if not real_data:
-        print(f"reader and vocabulary benchmarks skipped: no Flickr8k text files at {args.data_dir}")
+        print(f"reader, vocabulary and export benchmarks skipped: no Flickr8k text files at {args.data_dir}")
     if ("reader" in args.only or not args.only) and real_data:
         results.append(bench_reader(args.data_dir))
     if ("vocabulary" in args.only or not args.only) and real_data:
         from benchmarks.vocabulary_bench import analyze_real_captions
 
         results.append(analyze_real_captions(args.data_dir))
+    if ("export" in args.only or not args.only) and real_data:
+        from benchmarks.export_bench import bench_export
+
+        results.append(bench_export(args.data_dir))
     os.makedirs(args.output_dir, exist_ok=True)
     with open(os.path.join(args.output_dir, "bench.json"), "w", encoding="utf-8") as stream:
         json.dump(results, stream, indent=2)

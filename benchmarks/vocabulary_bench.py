@@ -16,6 +16,7 @@ import tempfile
 import apache_beam as beam
 import tensorflow_transform as tft
 import tensorflow_transform.beam as tft_beam
+from tensorflow_transform.tf_metadata import metadata_io
 
 from components import config as config_lib
 from components import flickr8k, preprocessing
@@ -28,7 +29,8 @@ def output_layer_parameters(vocabulary_size: int, units: int = DECODER_UNITS) ->
     return vocabulary_size * units + vocabulary_size
 
 
-def analyze_real_captions(data_dir: str, thresholds=(1, 3, 5, 10)) -> dict:
+def write_real_transform_graph(data_dir: str, threshold: int, output_dir: str) -> str:
+    """Runs ``preprocessing_fn``'s analyzers over the real train captions into ``output_dir``."""
     from tests.test_preprocessing import RAW_METADATA  # the raw feature spec ingestion writes
 
     index = flickr8k.read_flickr8k(data_dir)
@@ -36,17 +38,23 @@ def analyze_real_captions(data_dir: str, thresholds=(1, 3, 5, 10)) -> dict:
             "captions": [caption.text.encode() for caption in record.captions],
             "caption_indices": [caption.index for caption in record.captions]}
            for record in index.images["train"]]
+    pipeline_config = config_lib.PipelineConfig(
+        transform=config_lib.TransformConfig(vocab_frequency_threshold=threshold))
+    preprocessing_fn = functools.partial(
+        preprocessing.preprocessing_fn, custom_config={"pipeline_config": pipeline_config.to_json()})
+    with beam.Pipeline() as pipeline, tft_beam.Context(temp_dir=tempfile.mkdtemp()):
+        transform_fn = ((pipeline | beam.Create(raw), RAW_METADATA)
+                        | tft_beam.AnalyzeDataset(preprocessing_fn))
+        _ = transform_fn | tft_beam.WriteTransformFn(output_dir)
+    metadata_io.write_metadata(RAW_METADATA, os.path.join(output_dir, "metadata"))
+    return output_dir
+
+
+def analyze_real_captions(data_dir: str, thresholds=(1, 3, 5, 10)) -> dict:
     rows = []
     for threshold in thresholds:
-        pipeline_config = config_lib.PipelineConfig(
-            transform=config_lib.TransformConfig(vocab_frequency_threshold=threshold))
-        preprocessing_fn = functools.partial(
-            preprocessing.preprocessing_fn, custom_config={"pipeline_config": pipeline_config.to_json()})
-        output_dir = tempfile.mkdtemp(prefix="vocabulary_bench_")
-        with beam.Pipeline() as pipeline, tft_beam.Context(temp_dir=tempfile.mkdtemp()):
-            transform_fn = ((pipeline | beam.Create(raw), RAW_METADATA)
-                            | tft_beam.AnalyzeDataset(preprocessing_fn))
-            _ = transform_fn | tft_beam.WriteTransformFn(output_dir)
+        output_dir = write_real_transform_graph(
+            data_dir, threshold, tempfile.mkdtemp(prefix="vocabulary_bench_"))
         _, _, facts = preprocessing.read_transform_assets(tft.TFTransformOutput(output_dir))
         rows.append({
             "frequency_threshold": threshold,

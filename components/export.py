@@ -10,6 +10,8 @@ Signatures (inputs → outputs; see README "Serving"):
 * ``beam_search``: ``images`` and ``beam_width`` (int32 scalar) → the same outputs.
 * ``caption_features``: ``image_features`` (float32 ``[batch, 49, 2048]``) → the
   same outputs, greedy; ``caption_features_beam`` adds ``beam_width``.
+* ``image_features``: ``images`` → ``image_features`` (float32 ``[batch, 49, 2048]``),
+  the ResNet50 feature maps alone, as ingestion computes them.
 * ``serving_examples``: serialized ``tf.Example`` (``image_features`` bytes as
   ingestion writes them) → the same outputs, greedy.
 * ``transform_features``: serialized raw ``tf.Example`` → the Transform
@@ -30,6 +32,7 @@ from components.trainer import model as model_lib
 
 ASSETS_EXTRA_DIR = "assets.extra"  # beside the SavedModel; TF Serving ignores it
 CAPTION = "caption"
+IMAGE_FEATURES = "image_features"
 TOKENS = "tokens"
 SCORE = "score"
 
@@ -60,7 +63,7 @@ class CaptionModule(tf.Module):
     def _outputs(self, ids, scores):
         return {CAPTION: decoding.ids_to_captions(ids, self.vocabulary), TOKENS: ids, SCORE: scores}
 
-    def _image_features(self, images):
+    def image_features(self, images):
         def decode_one(image_bytes):
             pixels = tf.io.decode_image(image_bytes, channels=3, expand_animations=False)
             return resnet_features.resize_for_resnet(pixels, self._image_size)
@@ -68,6 +71,9 @@ class CaptionModule(tf.Module):
         resized = tf.map_fn(decode_one, images, fn_output_signature=tf.TensorSpec(
             [self._image_size, self._image_size, 3], tf.float32))
         return self.feature_extractor(resized, training=False)
+
+    def image_feature_maps(self, images):
+        return {IMAGE_FEATURES: self.image_features(images)}
 
     def caption_features(self, image_features):
         return self._outputs(*decoding.greedy_decode(
@@ -78,21 +84,21 @@ class CaptionModule(tf.Module):
             self._step_logits, self._project(image_features), self._max_length, beam_width))
 
     def caption_images(self, images):
-        return self.caption_features(self._image_features(images))
+        return self.caption_features(self.image_features(images))
 
     def caption_images_beam(self, images, beam_width):
-        return self.caption_features_beam(self._image_features(images), beam_width)
+        return self.caption_features_beam(self.image_features(images), beam_width)
 
-    def caption_examples(self, serialized):
-        parsed = tf.io.parse_example(serialized, {
+    def caption_examples(self, examples):
+        parsed = tf.io.parse_example(examples, {
             preprocessing.IMAGE_FEATURES: tf.io.FixedLenFeature([1], tf.string)})
         raw = tf.io.decode_raw(parsed[preprocessing.IMAGE_FEATURES][:, 0], tf.float16, little_endian=True)
         image_features = tf.cast(tf.reshape(
             raw, [-1, resnet_features.FEATURE_POSITIONS, resnet_features.FEATURE_DEPTH]), tf.float32)
         return self.caption_features(image_features)
 
-    def transform_features(self, serialized):
-        return self.tft_layer(tf.io.parse_example(serialized, self._raw_feature_spec))
+    def transform_features(self, examples):
+        return self.tft_layer(tf.io.parse_example(examples, self._raw_feature_spec))
 
 
 def signatures(module: CaptionModule) -> dict:
@@ -101,21 +107,16 @@ def signatures(module: CaptionModule) -> dict:
     features = tf.TensorSpec([None, resnet_features.FEATURE_POSITIONS, resnet_features.FEATURE_DEPTH],
                              tf.float32, name="image_features")
     examples = tf.TensorSpec([None], tf.string, name="examples")
+    # Bound methods, not lambdas: autograph cannot find a lambda's source among several per line.
     return {
-        "serving_default": tf.function(lambda images: module.caption_images(images)).get_concrete_function(
-            images),
-        "beam_search": tf.function(
-            lambda images, beam_width: module.caption_images_beam(images, beam_width)
-        ).get_concrete_function(images, width),
-        "caption_features": tf.function(
-            lambda image_features: module.caption_features(image_features)).get_concrete_function(features),
-        "caption_features_beam": tf.function(
-            lambda image_features, beam_width: module.caption_features_beam(image_features, beam_width)
-        ).get_concrete_function(features, width),
-        "serving_examples": tf.function(
-            lambda examples: module.caption_examples(examples)).get_concrete_function(examples),
-        "transform_features": tf.function(
-            lambda examples: module.transform_features(examples)).get_concrete_function(examples),
+        "serving_default": tf.function(module.caption_images).get_concrete_function(images),
+        "beam_search": tf.function(module.caption_images_beam).get_concrete_function(images, width),
+        "image_features": tf.function(module.image_feature_maps).get_concrete_function(images),
+        "caption_features": tf.function(module.caption_features).get_concrete_function(features),
+        "caption_features_beam": tf.function(module.caption_features_beam).get_concrete_function(
+            features, width),
+        "serving_examples": tf.function(module.caption_examples).get_concrete_function(examples),
+        "transform_features": tf.function(module.transform_features).get_concrete_function(examples),
     }
 
 

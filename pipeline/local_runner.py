@@ -78,6 +78,13 @@ def metadata_path(output_dir: str) -> str:
     return os.path.join(output_dir, "metadata", "metadata.sqlite")
 
 
+def serving_model_dir(pipeline_config: config_lib.PipelineConfig) -> str:
+    """Where the Pusher puts versioned models: ``export.push_destination`` or
+    ``<output_dir>/serving_model``."""
+    return os.path.abspath(pipeline_config.export.push_destination or os.path.join(
+        pipeline_config.runtime.output_dir, "serving_model"))
+
+
 def run_pipeline(pipeline_config: config_lib.PipelineConfig) -> None:
     from tfx import v1 as tfx
 
@@ -93,24 +100,59 @@ def run_pipeline(pipeline_config: config_lib.PipelineConfig) -> None:
         data_fingerprint=data_fingerprint(pipeline_config.data),
         schema_path=SCHEMA_PATH,
         code_fingerprints=fingerprints.pipeline_code_fingerprints(),
+        serving_model_dir=serving_model_dir(pipeline_config),
         metadata_connection_config=tfx.orchestration.metadata.sqlite_metadata_connection_config(
             metadata_path(output_dir)),
         beam_pipeline_args=beam_pipeline_args(pipeline_config.runtime)))
 
 
-def latest_artifact_uri(output_dir: str, type_name: str, producer: str = "") -> Optional[str]:
-    """The newest LIVE artifact of a type (written by ``producer``, a component id) in the store."""
+def read_metadata_store(output_dir: str):
+    """The run's ML Metadata store, read-only."""
     from ml_metadata import metadata_store
     from ml_metadata.proto import metadata_store_pb2
 
     connection = metadata_store_pb2.ConnectionConfig()
     connection.sqlite.filename_uri = metadata_path(output_dir)
     connection.sqlite.connection_mode = metadata_store_pb2.SqliteMetadataSourceConfig.READONLY
-    store = metadata_store.MetadataStore(connection)
+    return metadata_store.MetadataStore(connection)
+
+
+def latest_artifact_uri(output_dir: str, type_name: str, producer: str = "") -> Optional[str]:
+    """The newest LIVE artifact of a type (written by ``producer``, a component id) in the store."""
+    from ml_metadata.proto import metadata_store_pb2
+
+    store = read_metadata_store(output_dir)
     live = [artifact for artifact in store.get_artifacts_by_type(type_name)
             if artifact.state == metadata_store_pb2.Artifact.LIVE
             and (not producer or f"{os.sep}{producer}{os.sep}" in artifact.uri)]
     return max(live, key=lambda artifact: artifact.id).uri if live else None
+
+
+def latest_pushed_model(output_dir: str) -> Optional[str]:
+    """The version directory of the newest LIVE pushed model, or None when nothing was pushed."""
+    store = read_metadata_store(output_dir)
+    pushed = [artifact for artifact in store.get_artifacts_by_type("PushedModel")
+              if artifact.custom_properties["pushed"].int_value == 1]
+    if not pushed:
+        return None
+    return max(pushed, key=lambda artifact: artifact.id).custom_properties[
+        "pushed_destination"].string_value
+
+
+def print_test_split_decoding(model_dir: str, examples_uri: str, beam_width: int) -> None:
+    """Greedy vs beam search on the test split: mean log-probability and a few captions."""
+    import tensorflow as tf
+
+    from components import evaluation
+
+    model = tf.saved_model.load(model_dir)
+    greedy = evaluation.decode_split(model, examples_uri, "test")
+    beam = evaluation.decode_split(model, examples_uri, "test", beam_width=beam_width)
+    print(f"  test split, {len(greedy)} images: mean caption log-probability greedy "
+          f"{evaluation.mean_log_probability(greedy):.3f}, beam search (width {beam_width}) "
+          f"{evaluation.mean_log_probability(beam):.3f}")
+    for row in beam[:3]:
+        print(f"    {row.image_id}: {row.caption!r}  (reference: {row.references[0]!r})")
 
 
 def print_outputs(pipeline_config: config_lib.PipelineConfig) -> None:
@@ -152,6 +194,13 @@ def print_outputs(pipeline_config: config_lib.PipelineConfig) -> None:
               f"dev loss {history['val_loss'][0]:.3f} -> {min(history['val_loss']):.3f} (best), "
               f"dev token accuracy {max(history['val_masked_accuracy']):.3f}")
         print(f"  TensorBoard: tensorboard --logdir {os.path.join(run_uri, 'tensorboard')}")
+    pushed = latest_pushed_model(output_dir)
+    print(f"Pushed SavedModel: {pushed or 'none (not pushed)'}")
+    if pushed:
+        print(f"  caption images: .venv/bin/python -m components.captioner caption --model "
+              f"{os.path.dirname(pushed)} IMAGE.jpg ...")
+        if examples_uri:
+            print_test_split_decoding(pushed, examples_uri, pipeline_config.export.beam_width)
     print(f"ML Metadata: {metadata_path(output_dir)}")
 
 

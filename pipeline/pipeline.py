@@ -2,7 +2,8 @@
 
 Pure: it builds components and returns a ``tfx.dsl.Pipeline``; runners decide
 the pipeline root, the metadata store and the Beam arguments, and run it.
-Stages are added in pipeline order as they land (see README, "Status").
+Stages are added in pipeline order as they land (see README, "Status"); the
+evaluator's blessing will gate the Pusher once it exists (issue 7).
 """
 
 import os
@@ -13,6 +14,7 @@ from tfx import v1 as tfx
 from components import config as config_lib
 from components import preprocessing, resnet_features
 from components.flickr8k_gen import Flickr8kExampleGen
+from components.pusher import AtomicPusher
 from components.validation import ExampleValidationGate
 
 
@@ -49,11 +51,15 @@ def create_pipeline(
     data_fingerprint: str,
     schema_path: str,
     code_fingerprints: Mapping[str, str],
+    serving_model_dir: str,
     metadata_connection_config=None,
     beam_pipeline_args: Optional[List[str]] = None,
     enable_cache: bool = True,
 ) -> tfx.dsl.Pipeline:
-    """Ingestion → statistics → schema → validation gate → Transform → Trainer.
+    """Ingestion → statistics → schema → validation gate → Transform → Trainer → Pusher.
+
+    The Pusher copies the Trainer's SavedModel into a new numbered version
+    directory under ``serving_model_dir`` (TF Serving's layout).
 
     ``data_fingerprint`` (``components.flickr8k_gen.data_fingerprint``) and
     ``code_fingerprints`` (``{"transform": ..., "trainer": ...}``, digests of
@@ -78,7 +84,12 @@ def create_pipeline(
             "backup_root": os.path.join(pipeline_root, "_trainer_backup"),
         },
     )
-    components = [example_gen, *validation_and_transform, trainer]
+    model_pusher = AtomicPusher(
+        model=trainer.outputs["model"],
+        push_destination=tfx.proto.PushDestination(
+            filesystem=tfx.proto.PushDestination.Filesystem(base_directory=serving_model_dir)),
+    ).with_id("Pusher")
+    components = [example_gen, *validation_and_transform, trainer, model_pusher]
     return tfx.dsl.Pipeline(
         pipeline_name=pipeline_config.runtime.pipeline_name,
         pipeline_root=pipeline_root,

@@ -95,7 +95,7 @@ def test_saved_model_cli_lists_the_documented_signatures(trained):
                              capture_output=True, text=True, check=True, timeout=300).stdout
     blocks = {block.split("'", 1)[0]: block
               for block in listing.split("signature_def['")[1:]}
-    assert {"serving_default", "beam_search", "caption_features", "caption_features_beam",
+    assert {"serving_default", "beam_search", "image_features", "caption_features", "caption_features_beam",
             "serving_examples", "transform_features"} <= set(blocks)
     for name, inputs in {"serving_default": ["images"], "beam_search": ["images", "beam_width"],
                          "caption_features": ["image_features"], "serving_examples": ["examples"],
@@ -109,6 +109,23 @@ def test_saved_model_cli_lists_the_documented_signatures(trained):
             assert output_block.split("dtype: ", 1)[1].startswith(dtype), (name, output_name)
     assert "inputs['images'] tensor_info:\n        dtype: DT_STRING" in blocks["serving_default"]
     assert "DT_INT32" in blocks["beam_search"].split("inputs['beam_width']", 1)[1]
+    feature_maps = blocks["image_features"].split("outputs['image_features']", 1)[1]
+    assert "DT_FLOAT" in feature_maps and "shape: (-1, 49, 2048)" in feature_maps
+
+
+def test_serving_feature_extractor_matches_ingestion(loaded, trained):
+    """The same weights, resize and preprocessing as ingestion: features of the same JPEG agree
+    (up to float16 storage and Pillow-vs-TensorFlow JPEG decoding)."""
+    paths = sorted(glob.glob(os.path.join(trained["examples"], "Split-test", "*")))
+    record = tf.train.Example.FromString(next(iter(tf.data.TFRecordDataset(paths))).numpy())
+    image_id = record.features.feature["image_id"].bytes_list.value[0].decode()
+    ingested = np.frombuffer(record.features.feature["image_features"].bytes_list.value[0],
+                             "<f2").reshape(49, 2048).astype(np.float32)
+    image_path = os.path.join(trained["dataset"].data_dir, "Flicker8k_Dataset", image_id)
+    served = loaded.signatures["image_features"](
+        images=tf.constant([open(image_path, "rb").read()]))["image_features"].numpy()[0]
+    assert np.corrcoef(served.ravel(), ingested.ravel())[0, 1] > 0.999
+    assert np.abs(served - ingested).mean() < 0.02 * np.abs(ingested).mean()
 
 
 def test_batched_images_get_the_same_captions_as_one_at_a_time(loaded, trained):

@@ -36,7 +36,7 @@ def test_demo_data_generated_once(tmp_path):
 
 
 COMPONENTS = ["Flickr8kExampleGen", "StatisticsGen", "ImportSchemaGen", "ExampleValidator",
-              "ExampleValidationGate", "Transform", "Trainer"]
+              "ExampleValidationGate", "Transform", "Trainer", "Pusher"]
 
 
 def _executions(output_dir):
@@ -68,6 +68,11 @@ def test_local_pipeline_runs_caches_and_matches_the_standalone_job(tmp_path, cap
     assert "pairs read 100 = accepted 100 + rejected 0" in printed
     assert "Transform graph: " in printed and "vocabulary: " in printed
     assert "Trained model: " in printed and "dev loss" in printed
+    assert "mean caption log-probability greedy" in printed
+    pushed = local_runner.latest_pushed_model(str(tmp_path))
+    assert pushed and os.path.dirname(pushed) == str(tmp_path / "serving_model")
+    assert f"Pushed SavedModel: {pushed}" in printed
+    assert os.path.exists(os.path.join(pushed, "saved_model.pb"))
     first = _executions(tmp_path)
     assert [state for _, state in first] == ["COMPLETE"] * len(COMPONENTS)
     examples_uri = local_runner.latest_artifact_uri(str(tmp_path), "Examples", "Flickr8kExampleGen")
@@ -84,6 +89,7 @@ def test_local_pipeline_runs_caches_and_matches_the_standalone_job(tmp_path, cap
     assert local_runner.main(argv) == 0
     third = dict(_executions(tmp_path)[2 * len(first):])
     assert third.pop("Transform") == "COMPLETE" and third.pop("Trainer") == "COMPLETE"
+    assert third.pop("Pusher") == "COMPLETE"
     assert set(third.values()) == {"CACHED"}
     monkeypatch.undo()
 
