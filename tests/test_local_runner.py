@@ -40,19 +40,18 @@ COMPONENTS = ["Flickr8kExampleGen", "StatisticsGen", "ImportSchemaGen", "Example
 
 
 def _executions(output_dir):
-    """(component id, state) of every execution, oldest first."""
-    from ml_metadata import metadata_store
+    """(node id, state) of every execution, oldest first; the node id is TFX's component id."""
     from ml_metadata.proto import metadata_store_pb2
 
-    connection = metadata_store_pb2.ConnectionConfig()
-    connection.sqlite.filename_uri = local_runner.metadata_path(str(output_dir))
-    store = metadata_store.MetadataStore(connection)
-    executions = sorted(store.get_executions(), key=lambda execution: execution.id)
-    types = {t.id: t.name for t in store.get_execution_types()}
-    return [(execution.properties["component_id"].string_value
-             if "component_id" in execution.properties else types[execution.type_id].rsplit(".", 1)[-1],
-             metadata_store_pb2.Execution.State.Name(execution.last_known_state))
-            for execution in executions]
+    store = local_runner.read_metadata_store(str(output_dir))
+    node_type = store.get_context_type("node").id
+    rows = []
+    for execution in sorted(store.get_executions(), key=lambda execution: execution.id):
+        node = [context for context in store.get_contexts_by_execution(execution.id)
+                if context.type_id == node_type][0]
+        rows.append((node.name.rsplit(".", 1)[-1],
+                     metadata_store_pb2.Execution.State.Name(execution.last_known_state)))
+    return rows
 
 
 @pytest.mark.e2e
