@@ -1,36 +1,38 @@
 """Greedy and beam-search caption decoding as TensorFlow graph code (exportable).
 
-Both work on any ``step_logits(image_context, ids) -> [batch, length, vocabulary]``
-(``image_context``: whatever the step reads of the image, e.g. its projected feature map)
-function that is causal (the logits at position *i* depend on ids ≤ *i* only),
-like the trained decoder. Ids live in a fixed ``[batch, max_length]`` buffer
-that starts as ``<start>`` followed by padding; step *i* reads the logits at
-position *i* and writes the chosen id at *i + 1*.
+Both drive a decoder one token at a time through
+``step(image_context, token_ids, state) -> (logits [batch, vocabulary], state)``:
+``image_context`` is whatever the step reads of each image (the projected
+feature map), ``state`` a tuple of ``[batch, ...]`` tensors the step carries
+(the LSTM states), starting from ``initial_state``. The first token is
+``<start>``.
 
 Rules, for both: ``<pad>``, ``<start>`` and ``<unk>`` are never emitted; a
 sequence ends at ``<end>`` (kept out of the caption) and is padded after it; a
-sequence that never emits ``<end>`` ends at ``max_length`` with its score so
-far. Scores are summed log-probabilities of the emitted ids, ``<end>``
-included. Beam search keeps ``beam_width`` hypotheses per image and returns
-the best; width 1 is exactly greedy.
+sequence that never emits ``<end>`` ends after ``max_length - 1`` tokens with
+its score so far. Scores are summed log-probabilities of the emitted ids,
+``<end>`` included. Beam search keeps ``beam_width`` hypotheses per image
+(their states reordered with them) and returns the best; width 1 is exactly
+greedy.
 
 Written here rather than taken from a library: KerasHub's samplers are not
 installed on this stack (TF 2.16 / Keras 3.12 pins) and expect a cache-based
 ``next`` function; this is ~100 lines with tests.
 """
 
-from typing import Callable
+from typing import Callable, Tuple
 
 import tensorflow as tf
 
 from components import caption_text
 
-StepLogits = Callable[[tf.Tensor, tf.Tensor], tf.Tensor]
+State = Tuple[tf.Tensor, ...]
+Step = Callable[[tf.Tensor, tf.Tensor, State], Tuple[tf.Tensor, State]]
 _FORBIDDEN = (caption_text.PAD_ID, caption_text.START_ID, caption_text.UNK_ID)
 
 
 def _allowed_log_probs(logits: tf.Tensor, finished: tf.Tensor) -> tf.Tensor:
-    """log-softmax with forbidden ids at -inf; finished rows may only emit padding, at 0 cost."""
+    """log-softmax with forbidden ids at -1e9; finished rows may only emit padding, at 0 cost."""
     vocabulary = tf.shape(logits)[-1]
     log_probs = tf.nn.log_softmax(tf.cast(logits, tf.float32), axis=-1)
     forbidden = tf.reduce_any(tf.equal(tf.range(vocabulary)[:, tf.newaxis],
@@ -40,56 +42,60 @@ def _allowed_log_probs(logits: tf.Tensor, finished: tf.Tensor) -> tf.Tensor:
     return tf.where(finished[..., tf.newaxis], pad_only, log_probs)
 
 
-def _start_buffer(batch: tf.Tensor, max_length: int) -> tf.Tensor:
-    return tf.concat([tf.fill([batch, 1], caption_text.START_ID),
-                      tf.zeros([batch, max_length - 1], tf.int32)], axis=1)
-
-
-def _write_column(ids: tf.Tensor, column: tf.Tensor, values: tf.Tensor) -> tf.Tensor:
-    one_hot = tf.one_hot(column, tf.shape(ids)[-1], dtype=tf.int32)
-    return ids * (1 - one_hot) + values[..., tf.newaxis] * one_hot
-
-
-def greedy_decode(step_logits: StepLogits, image_context: tf.Tensor, max_length: int):
+def greedy_decode(step: Step, image_context: tf.Tensor, initial_state: State, max_length: int):
     """Returns (ids [batch, max_length - 1] without <start>, score [batch])."""
     batch = tf.shape(image_context)[0]
-    ids = _start_buffer(batch, max_length)
+    tokens = tf.fill([batch], caption_text.START_ID)
+    state = tuple(initial_state)
     finished = tf.zeros([batch], tf.bool)
     scores = tf.zeros([batch], tf.float32)
+    emitted = tf.TensorArray(tf.int32, size=max_length - 1)
     for position in tf.range(max_length - 1):
-        logits = step_logits(image_context, ids)[:, position, :]
+        logits, state = step(image_context, tokens, state)
         log_probs = _allowed_log_probs(logits, finished)
-        chosen = tf.argmax(log_probs, axis=-1, output_type=tf.int32)
+        tokens = tf.argmax(log_probs, axis=-1, output_type=tf.int32)
         scores += tf.reduce_max(log_probs, axis=-1)
-        ids = _write_column(ids, position + 1, chosen)
-        finished = tf.logical_or(finished, tf.equal(chosen, caption_text.END_ID))
-    return ids[:, 1:], scores
+        emitted = emitted.write(position, tokens)
+        finished = tf.logical_or(finished, tf.equal(tokens, caption_text.END_ID))
+    return tf.transpose(emitted.stack()), scores
 
 
-def beam_search_decode(step_logits: StepLogits, image_context: tf.Tensor, max_length: int,
+def beam_search_decode(step: Step, image_context: tf.Tensor, initial_state: State, max_length: int,
                        beam_width: tf.Tensor):
     """Returns the best beam per image: (ids [batch, max_length - 1], score [batch])."""
     beam_width = tf.cast(beam_width, tf.int32)
     batch = tf.shape(image_context)[0]
     flat = batch * beam_width
-    beam_features = tf.repeat(image_context, beam_width, axis=0)  # [batch * beams, ...]
-    ids = tf.reshape(_start_buffer(flat, max_length), [batch, beam_width, max_length])
+    # Rows are image-major: row b * beam_width + k is beam k of image b.
+    beam_context = tf.repeat(image_context, beam_width, axis=0)
+    state = tuple(tf.repeat(tensor, beam_width, axis=0) for tensor in initial_state)
+    tokens = tf.fill([flat], caption_text.START_ID)
+    ids = tf.zeros([batch, beam_width, max_length - 1], tf.int32)
     # Only beam 0 is live at the start, so the first step does not pick one token K times.
     scores = tf.tile(tf.where(tf.range(beam_width) == 0, 0.0, -1e9)[tf.newaxis], [batch, 1])
     finished = tf.zeros([batch, beam_width], tf.bool)
     for position in tf.range(max_length - 1):
-        logits = step_logits(beam_features, tf.reshape(ids, [flat, max_length]))[:, position, :]
+        # top_k(k=beam_width) loses a static width, so let the beam dimension vary.
+        tf.autograph.experimental.set_loop_options(shape_invariants=[
+            (ids, tf.TensorShape([None, None, None])), (scores, tf.TensorShape([None, None])),
+            (finished, tf.TensorShape([None, None])), (tokens, tf.TensorShape([None])),
+            (state, tuple(tf.TensorShape([None, *tensor.shape[1:]]) for tensor in state))])
+        logits, state = step(beam_context, tokens, state)
         vocabulary = tf.shape(logits)[-1]
         log_probs = _allowed_log_probs(tf.reshape(logits, [batch, beam_width, vocabulary]), finished)
         candidates = tf.reshape(scores[..., tf.newaxis] + log_probs, [batch, beam_width * vocabulary])
         scores, flat_choice = tf.math.top_k(candidates, k=beam_width)
         parent = flat_choice // vocabulary
         token = flat_choice % vocabulary
-        ids = _write_column(tf.gather(ids, parent, batch_dims=1), position + 1, token)
+        one_hot = tf.one_hot(position, max_length - 1, dtype=tf.int32)
+        ids = tf.gather(ids, parent, batch_dims=1) * (1 - one_hot) + token[..., tf.newaxis] * one_hot
         finished = tf.logical_or(tf.gather(finished, parent, batch_dims=1),
                                  tf.equal(token, caption_text.END_ID))
+        parent_rows = tf.reshape(parent + beam_width * tf.range(batch)[:, tf.newaxis], [flat])
+        state = tuple(tf.gather(tensor, parent_rows) for tensor in state)
+        tokens = tf.reshape(token, [flat])
     best = tf.argmax(scores, axis=-1, output_type=tf.int32)
-    return (tf.gather(ids, best, batch_dims=1)[:, 1:], tf.gather(scores, best, batch_dims=1))
+    return tf.gather(ids, best, batch_dims=1), tf.gather(scores, best, batch_dims=1)
 
 
 def ids_to_captions(ids: tf.Tensor, vocabulary: tf.Tensor) -> tf.Tensor:

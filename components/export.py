@@ -44,18 +44,15 @@ class CaptionModule(tf.Module):
                  transform_output: tft.TFTransformOutput, vocabulary, max_length: int,
                  features: config_lib.FeaturesConfig):
         super().__init__()
-        # The image is projected once; each decoding step runs only the text decoder.
+        # The image is projected once; each decoding step runs the text decoder on one token.
         self.image_encoder, self.text_decoder = model_lib.split_model(decoder)
+        self._incremental = model_lib.IncrementalDecoder(decoder)
         self.feature_extractor = feature_extractor
         self.tft_layer = transform_output.transform_features_layer()
         self._raw_feature_spec = transform_output.raw_feature_spec()
         self.vocabulary = tf.constant(vocabulary, tf.string)
         self._max_length = max_length
         self._image_size = features.image_size
-
-    def _step_logits(self, image_projection, ids):
-        return self.text_decoder({model_lib.IMAGE_PROJECTION: image_projection,
-                                  model_lib.INPUT_IDS: ids}, training=False)
 
     def _project(self, image_features):
         return self.image_encoder(image_features, training=False)
@@ -76,12 +73,16 @@ class CaptionModule(tf.Module):
         return {IMAGE_FEATURES: self.image_features(images)}
 
     def caption_features(self, image_features):
+        projection = self._project(image_features)
         return self._outputs(*decoding.greedy_decode(
-            self._step_logits, self._project(image_features), self._max_length))
+            self._incremental.step, projection, self._incremental.initial_state(projection),
+            self._max_length))
 
     def caption_features_beam(self, image_features, beam_width):
+        projection = self._project(image_features)
         return self._outputs(*decoding.beam_search_decode(
-            self._step_logits, self._project(image_features), self._max_length, beam_width))
+            self._incremental.step, projection, self._incremental.initial_state(projection),
+            self._max_length, beam_width))
 
     def caption_images(self, images):
         return self.caption_features(self.image_features(images))

@@ -1,8 +1,8 @@
 """Tests of greedy and beam-search decoding on hand-built decoder steps with known probabilities.
 
-The steps are Markov chains: the logits at position i depend only on the id at
-position i (and on which image), so they are causal like the trained decoder
-and every sequence's probability can be computed by hand.
+The steps are Markov chains: the next-token logits depend only on the previous
+id (and on which image), so every sequence's probability can be computed by
+hand. A counter in the carried state checks that beams carry their own state.
 """
 
 import math
@@ -21,13 +21,15 @@ NEVER = 1e-12
 
 
 def _markov_step(transition_tables):
-    """``tables[image, previous id, next id]`` probabilities → a step function over image ids."""
+    """``tables[image, previous id, next id]`` probabilities → a step over image ids whose
+    state counts the steps taken."""
     log_tables = tf.constant(np.log(np.maximum(transition_tables, NEVER)), tf.float32)
 
-    def step_logits(image_index, ids):
-        return tf.gather_nd(log_tables, tf.stack(
-            [tf.repeat(image_index[:, tf.newaxis], tf.shape(ids)[1], axis=1), ids], axis=-1))
-    return step_logits
+    def step(image_index, token_ids, state):
+        (steps_taken,) = state
+        logits = tf.gather_nd(log_tables, tf.stack([image_index, token_ids], axis=-1))
+        return logits, (steps_taken + 1,)
+    return step
 
 
 def _table(rows):
@@ -51,10 +53,12 @@ GREEDY_TRAP = _table({
 def _decode(table_stack, images, max_length=6, beam_width=None):
     step = _markov_step(np.stack(table_stack))
     image_index = tf.constant(images, tf.int32)
+    initial_state = (tf.zeros([len(images)], tf.int32),)
     if beam_width is None:
-        ids, scores = decoding.greedy_decode(step, image_index, max_length)
+        ids, scores = decoding.greedy_decode(step, image_index, initial_state, max_length)
     else:
-        ids, scores = decoding.beam_search_decode(step, image_index, max_length, beam_width)
+        ids, scores = decoding.beam_search_decode(step, image_index, initial_state, max_length,
+                                                  beam_width)
     return ids.numpy(), scores.numpy()
 
 
@@ -104,6 +108,26 @@ def test_each_image_in_a_batch_gets_its_own_caption():
         ids, _ = _decode([says_a, says_b_c], [0, 1, 1, 0], beam_width=width)
         assert [list(row[:3]) for row in ids] == [[A, END, PAD], [B, C, END], [B, C, END],
                                                   [A, END, PAD]]
+
+
+def test_beams_carry_their_own_state_in_a_traced_function():
+    """A step whose logits depend on its state: the state says how many tokens came before, and
+    <end> is allowed only after 3. Reordered beams must keep their own counters."""
+    def counting_step(image_index, token_ids, state):
+        (steps_taken,) = state
+        end_allowed = steps_taken >= 3
+        logits = tf.where(end_allowed[:, tf.newaxis],
+                          tf.math.log(tf.constant([[NEVER, NEVER, NEVER, 0.9, 0.05, 0.05, NEVER]])),
+                          tf.math.log(tf.constant([[NEVER, NEVER, NEVER, NEVER, 0.5, 0.3, 0.2]])))
+        return logits, (steps_taken + 1,)
+
+    @tf.function
+    def decode(image_index):
+        return decoding.beam_search_decode(counting_step, image_index,
+                                           (tf.zeros_like(image_index),), 8, tf.constant(3))
+    ids, scores = decode(tf.constant([0, 1]))
+    assert ids.numpy()[:, 3].tolist() == [END, END] and np.all(ids.numpy()[:, :3] >= A)
+    assert scores.numpy() == pytest.approx([math.log(0.5 ** 3 * 0.9)] * 2, rel=1e-5)
 
 
 def test_ids_to_captions_stops_at_end_and_drops_reserved_ids():

@@ -14,7 +14,7 @@ import pytest
 import tensorflow as tf
 import tensorflow_transform as tft
 
-from components import captioner, decoding, preprocessing, resnet_features
+from components import caption_text, captioner, preprocessing, resnet_features
 from components.trainer import model as model_lib
 from components.trainer import run_fn
 from tests import model_fixtures
@@ -42,7 +42,8 @@ def _test_images(trained, count=3):
 
 
 def _in_process_greedy(trained, image_bytes):
-    """The Keras decoder and the ingestion feature extractor, called directly, greedy."""
+    """The Keras model over the whole prefix at each step (no incremental decoding) on the
+    ingestion feature extractor's output: greedy, written out here as the reference."""
     decoder = keras.models.load_model(os.path.join(trained["model_run"], run_fn.DECODER_FILE),
                                       compile=False)
     image_encoder, text_decoder = model_lib.split_model(decoder)
@@ -51,11 +52,19 @@ def _in_process_greedy(trained, image_bytes):
         tft.TFTransformOutput(trained["transform_graph"]))
     pixels = tf.io.decode_image(image_bytes, channels=3, expand_animations=False)
     features = extractor(resnet_features.resize_for_resnet(pixels, 224)[tf.newaxis])
-    ids, score = decoding.greedy_decode(
-        lambda projection, ids: text_decoder({"image_projection": projection, "input_ids": ids}),
-        image_encoder(features), facts["max_caption_length"])
-    vocabulary = tf.constant(list(facts["reserved_tokens"]) + words)
-    return decoding.ids_to_captions(ids, vocabulary).numpy()[0].decode(), ids.numpy()[0], float(score[0])
+    projection = image_encoder(features)
+    ids, score = [caption_text.START_ID], 0.0
+    while len(ids) < facts["max_caption_length"] and ids[-1] != caption_text.END_ID:
+        logits = text_decoder({"image_projection": projection, "input_ids": tf.constant([ids])})
+        log_probs = tf.nn.log_softmax(logits[0, -1]).numpy()
+        log_probs[[caption_text.PAD_ID, caption_text.START_ID, caption_text.UNK_ID]] = -np.inf
+        ids.append(int(np.argmax(log_probs)))
+        score += float(log_probs[ids[-1]])
+    tokens = ids[1:] + [caption_text.PAD_ID] * (facts["max_caption_length"] - len(ids))
+    vocabulary = list(facts["reserved_tokens"]) + words
+    caption = " ".join(vocabulary[token] for token in ids[1:]  # nothing follows <end>
+                       if token >= caption_text.NUM_RESERVED_IDS)
+    return caption, np.array(tokens), score
 
 
 FRESH_PROCESS = """

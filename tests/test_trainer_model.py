@@ -146,3 +146,19 @@ def test_ten_times_the_default_learning_rate_stays_finite():
         step_losses.append(model.train_on_batch(
             {"image_features": features * 10, "input_ids": input_ids}, targets, return_dict=True)["loss"])
     assert np.all(np.isfinite(step_losses))
+
+
+def test_incremental_decoder_steps_equal_the_full_model():
+    keras.utils.set_random_seed(6)
+    model = model_lib.build_captioning_model(SMALL, 50, embedding_dim=16)
+    rng = np.random.RandomState(6)
+    features, input_ids, _ = _batch(rng, batch=3, length=7, real_tokens=7)
+    full_logits = model({"image_features": features, "input_ids": input_ids}).numpy()
+
+    image_encoder, _ = model_lib.split_model(model)
+    decoder = model_lib.IncrementalDecoder(model)
+    projection = image_encoder(features)
+    state = decoder.initial_state(projection)
+    for position in range(input_ids.shape[1]):
+        logits, state = decoder.step(projection, tf.constant(input_ids[:, position]), state)
+        np.testing.assert_allclose(logits.numpy(), full_logits[:, position], atol=2e-5)

@@ -134,6 +134,49 @@ def split_model(model: keras.Model):
     return model.get_layer(IMAGE_ENCODER), model.get_layer(TEXT_DECODER)
 
 
+class IncrementalDecoder:
+    """The text decoder one token at a time, carrying the two LSTMs' states.
+
+    Exactly the trained model's computation for real (non-padding) tokens: the
+    attention's query at position *t* is the first LSTM's output at *t* alone,
+    so position *t* depends on earlier tokens only through the LSTM states.
+    Decoding a caption of *L* tokens costs *L* single-token steps instead of
+    *L* passes over the whole prefix.
+    """
+
+    def __init__(self, model: keras.Model):
+        _, text_decoder = split_model(model)
+        self.embedding = text_decoder.get_layer("caption_embedding")
+        self.caption_lstm = text_decoder.get_layer("caption_lstm")
+        self.attention = text_decoder.get_layer("image_attention")
+        self.residual = text_decoder.get_layer("attention_residual")
+        self.norm = text_decoder.get_layer("attention_norm")
+        self.decoder_lstm = text_decoder.get_layer("decoder_lstm")
+        self.logits = text_decoder.get_layer("logits")
+
+    def initial_state(self, image_projection):
+        """Zero LSTM states ``(h1, c1, h2, c2)`` for a batch of projected images."""
+        batch = keras.ops.shape(image_projection)[0]
+        first, second = self.caption_lstm.cell.units, self.decoder_lstm.cell.units
+        return tuple(keras.ops.zeros((batch, units), "float32")
+                     for units in (first, first, second, second))
+
+    def step(self, image_projection, token_ids, state):
+        """``token_ids [batch]`` → (float32 logits ``[batch, vocabulary]``, new state)."""
+        first_h, first_c, second_h, second_c = state
+        # The embedding table directly: calling the layer would attach a mask the cells drop.
+        embedded = keras.ops.cast(keras.ops.take(self.embedding.embeddings, token_ids, axis=0),
+                                  self.embedding.compute_dtype)
+        text, (first_h, first_c) = self.caption_lstm.cell(embedded, [first_h, first_c])
+        attended = self.attention(query=text[:, None], value=image_projection, key=image_projection,
+                                  training=False)[:, 0]
+        merged = self.norm(self.residual([text, attended]))
+        decoded, (second_h, second_c) = self.decoder_lstm.cell(merged, [second_h, second_c])
+        logits = keras.ops.cast(self.logits(decoded), "float32")
+        return logits, tuple(keras.ops.cast(tensor, "float32")
+                             for tensor in (first_h, first_c, second_h, second_c))
+
+
 def learning_rate_schedule(trainer: config_lib.TrainerConfig, total_steps: int):
     """Linear warm-up to ``trainer.learning_rate``, then cosine decay to 10% of it."""
     warmup_steps = min(trainer.warmup_steps, max(total_steps // 2, 1))
