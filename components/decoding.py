@@ -13,7 +13,7 @@ sequence that never emits ``<end>`` ends after ``max_length - 1`` tokens with
 its score so far. Scores are summed log-probabilities of the emitted ids,
 ``<end>`` included. Beam search keeps ``beam_width`` hypotheses per image
 (their states reordered with them) and returns the best; width 1 is exactly
-greedy.
+greedy. Both stop early once every sequence of the batch has ended.
 
 Written here rather than taken from a library: KerasHub's samplers are not
 installed on this stack (TF 2.16 / Keras 3.12 pins) and expect a cache-based
@@ -31,37 +31,51 @@ Step = Callable[[tf.Tensor, tf.Tensor, State], Tuple[tf.Tensor, State]]
 _FORBIDDEN = (caption_text.PAD_ID, caption_text.START_ID, caption_text.UNK_ID)
 
 
-def _allowed_log_probs(logits: tf.Tensor, finished: tf.Tensor) -> tf.Tensor:
-    """log-softmax with forbidden ids at -1e9; finished rows may only emit padding, at 0 cost."""
-    vocabulary = tf.shape(logits)[-1]
-    log_probs = tf.nn.log_softmax(tf.cast(logits, tf.float32), axis=-1)
+def _forbidden_bias(vocabulary: tf.Tensor) -> tf.Tensor:
+    """``[vocabulary]``: -1e9 at the ids never emitted, 0 elsewhere (computed once per call)."""
     forbidden = tf.reduce_any(tf.equal(tf.range(vocabulary)[:, tf.newaxis],
                                        tf.constant(_FORBIDDEN, tf.int32)[tf.newaxis, :]), axis=-1)
-    log_probs = tf.where(forbidden, tf.constant(-1e9, tf.float32), log_probs)
-    pad_only = tf.where(tf.equal(tf.range(vocabulary), caption_text.PAD_ID), 0.0, -1e9)
+    return tf.where(forbidden, tf.constant(-1e9, tf.float32), 0.0)
+
+
+def _allowed_log_probs(logits: tf.Tensor, finished: tf.Tensor, forbidden_bias: tf.Tensor,
+                       pad_only: tf.Tensor) -> tf.Tensor:
+    """log-softmax with forbidden ids at -1e9; finished rows may only emit padding, at 0 cost."""
+    log_probs = tf.nn.log_softmax(tf.cast(logits, tf.float32), axis=-1) + forbidden_bias
     return tf.where(finished[..., tf.newaxis], pad_only, log_probs)
 
 
-def greedy_decode(step: Step, image_context: tf.Tensor, initial_state: State, max_length: int):
-    """Returns (ids [batch, max_length - 1] without <start>, score [batch])."""
+def _pad_only(vocabulary: tf.Tensor) -> tf.Tensor:
+    return tf.where(tf.equal(tf.range(vocabulary), caption_text.PAD_ID), 0.0, -1e9)
+
+
+def greedy_decode(step: Step, image_context: tf.Tensor, initial_state: State, max_length: int,
+                  vocabulary_size: int):
+    """Returns (ids [batch, max_length - 1] without <start>, score [batch]).
+
+    Stops early once every caption of the batch has ended.
+    """
     batch = tf.shape(image_context)[0]
     tokens = tf.fill([batch], caption_text.START_ID)
     state = tuple(initial_state)
     finished = tf.zeros([batch], tf.bool)
     scores = tf.zeros([batch], tf.float32)
-    emitted = tf.TensorArray(tf.int32, size=max_length - 1)
+    ids = tf.zeros([batch, max_length - 1], tf.int32)
+    forbidden_bias, pad_only = _forbidden_bias(vocabulary_size), _pad_only(vocabulary_size)
     for position in tf.range(max_length - 1):
         logits, state = step(image_context, tokens, state)
-        log_probs = _allowed_log_probs(logits, finished)
+        log_probs = _allowed_log_probs(logits, finished, forbidden_bias, pad_only)
         tokens = tf.argmax(log_probs, axis=-1, output_type=tf.int32)
         scores += tf.reduce_max(log_probs, axis=-1)
-        emitted = emitted.write(position, tokens)
+        ids += tokens[:, tf.newaxis] * tf.one_hot(position, max_length - 1, dtype=tf.int32)
         finished = tf.logical_or(finished, tf.equal(tokens, caption_text.END_ID))
-    return tf.transpose(emitted.stack()), scores
+        if tf.reduce_all(finished):
+            break
+    return ids, scores
 
 
 def beam_search_decode(step: Step, image_context: tf.Tensor, initial_state: State, max_length: int,
-                       beam_width: tf.Tensor):
+                       vocabulary_size: int, beam_width: tf.Tensor):
     """Returns the best beam per image: (ids [batch, max_length - 1], score [batch])."""
     beam_width = tf.cast(beam_width, tf.int32)
     batch = tf.shape(image_context)[0]
@@ -74,6 +88,7 @@ def beam_search_decode(step: Step, image_context: tf.Tensor, initial_state: Stat
     # Only beam 0 is live at the start, so the first step does not pick one token K times.
     scores = tf.tile(tf.where(tf.range(beam_width) == 0, 0.0, -1e9)[tf.newaxis], [batch, 1])
     finished = tf.zeros([batch, beam_width], tf.bool)
+    forbidden_bias, pad_only = _forbidden_bias(vocabulary_size), _pad_only(vocabulary_size)
     for position in tf.range(max_length - 1):
         # top_k(k=beam_width) loses a static width, so let the beam dimension vary.
         tf.autograph.experimental.set_loop_options(shape_invariants=[
@@ -81,12 +96,13 @@ def beam_search_decode(step: Step, image_context: tf.Tensor, initial_state: Stat
             (finished, tf.TensorShape([None, None])), (tokens, tf.TensorShape([None])),
             (state, tuple(tf.TensorShape([None, *tensor.shape[1:]]) for tensor in state))])
         logits, state = step(beam_context, tokens, state)
-        vocabulary = tf.shape(logits)[-1]
-        log_probs = _allowed_log_probs(tf.reshape(logits, [batch, beam_width, vocabulary]), finished)
-        candidates = tf.reshape(scores[..., tf.newaxis] + log_probs, [batch, beam_width * vocabulary])
+        log_probs = _allowed_log_probs(tf.reshape(logits, [batch, beam_width, vocabulary_size]),
+                                       finished, forbidden_bias, pad_only)
+        candidates = tf.reshape(scores[..., tf.newaxis] + log_probs,
+                                [batch, beam_width * vocabulary_size])
         scores, flat_choice = tf.math.top_k(candidates, k=beam_width)
-        parent = flat_choice // vocabulary
-        token = flat_choice % vocabulary
+        parent = flat_choice // vocabulary_size
+        token = flat_choice % vocabulary_size
         one_hot = tf.one_hot(position, max_length - 1, dtype=tf.int32)
         ids = tf.gather(ids, parent, batch_dims=1) * (1 - one_hot) + token[..., tf.newaxis] * one_hot
         finished = tf.logical_or(tf.gather(finished, parent, batch_dims=1),
@@ -94,6 +110,8 @@ def beam_search_decode(step: Step, image_context: tf.Tensor, initial_state: Stat
         parent_rows = tf.reshape(parent + beam_width * tf.range(batch)[:, tf.newaxis], [flat])
         state = tuple(tf.gather(tensor, parent_rows) for tensor in state)
         tokens = tf.reshape(token, [flat])
+        if tf.reduce_all(finished):
+            break
     best = tf.argmax(scores, axis=-1, output_type=tf.int32)
     return tf.gather(ids, best, batch_dims=1), tf.gather(scores, best, batch_dims=1)
 

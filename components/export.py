@@ -51,6 +51,7 @@ class CaptionModule(tf.Module):
         self.tft_layer = transform_output.transform_features_layer()
         self._raw_feature_spec = transform_output.raw_feature_spec()
         self.vocabulary = tf.constant(vocabulary, tf.string)
+        self._vocabulary_size = len(vocabulary)
         self._max_length = max_length
         self._image_size = features.image_size
 
@@ -76,13 +77,13 @@ class CaptionModule(tf.Module):
         projection = self._project(image_features)
         return self._outputs(*decoding.greedy_decode(
             self._incremental.step, projection, self._incremental.initial_state(projection),
-            self._max_length))
+            self._max_length, self._vocabulary_size))
 
     def caption_features_beam(self, image_features, beam_width):
         projection = self._project(image_features)
         return self._outputs(*decoding.beam_search_decode(
             self._incremental.step, projection, self._incremental.initial_state(projection),
-            self._max_length, beam_width))
+            self._max_length, self._vocabulary_size, beam_width))
 
     def caption_images(self, images):
         return self.caption_features(self.image_features(images))

@@ -55,10 +55,10 @@ def _decode(table_stack, images, max_length=6, beam_width=None):
     image_index = tf.constant(images, tf.int32)
     initial_state = (tf.zeros([len(images)], tf.int32),)
     if beam_width is None:
-        ids, scores = decoding.greedy_decode(step, image_index, initial_state, max_length)
+        ids, scores = decoding.greedy_decode(step, image_index, initial_state, max_length, VOCABULARY)
     else:
         ids, scores = decoding.beam_search_decode(step, image_index, initial_state, max_length,
-                                                  beam_width)
+                                                  VOCABULARY, beam_width)
     return ids.numpy(), scores.numpy()
 
 
@@ -124,7 +124,8 @@ def test_beams_carry_their_own_state_in_a_traced_function():
     @tf.function
     def decode(image_index):
         return decoding.beam_search_decode(counting_step, image_index,
-                                           (tf.zeros_like(image_index),), 8, tf.constant(3))
+                                           (tf.zeros_like(image_index),), 8, VOCABULARY,
+                                           tf.constant(3))
     ids, scores = decode(tf.constant([0, 1]))
     assert ids.numpy()[:, 3].tolist() == [END, END] and np.all(ids.numpy()[:, :3] >= A)
     assert scores.numpy() == pytest.approx([math.log(0.5 ** 3 * 0.9)] * 2, rel=1e-5)
