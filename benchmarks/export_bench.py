@@ -5,8 +5,9 @@ vocabulary and maximum caption length (Transform analyzers over the real
 train captions, default threshold) and the default decoder sizes; weights are
 untrained. Decoding stops once every caption of the batch has emitted
 ``<end>``; the report gives the decoding steps actually run (an untrained model
-rarely ends early, so this is close to the worst case of ``max_length - 1``). Both paths are signatures of the same loaded
-SavedModel, measured side by side on the same JPEG bytes of demo images:
+rarely ends early, so this is close to the worst case of ``max_length - 1``).
+Both paths are signatures of the same loaded SavedModel, measured side by side
+on the same JPEG bytes of demo images:
 
 * floor: ``image_features`` (decode, resize, ResNet50) alone;
 * ``serving_default`` (the floor + greedy decoding), and ``beam_search`` width 3;
@@ -22,8 +23,8 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_transform as tft
 
-from components import config as config_lib
 from components import caption_text, demo_data, export, preprocessing
+from components import config as config_lib
 from components.trainer import model as model_lib
 
 SINGLE_IMAGE_CALLS = 30
