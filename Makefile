@@ -21,17 +21,30 @@ OUTPUT_DIR ?= outputs
 # Extra config overrides: SET="trainer.epochs=5 trainer.per_replica_batch_size=64"
 SET ?=
 PYTEST_ARGS ?=
+# Kubeflow Pipelines / Vertex AI: make pipeline-vertex PROJECT=my-project REGION=us-central1 BUCKET=my-bucket DATA_DIR=gs://...
+PROJECT ?=
+REGION ?= us-central1
+BUCKET ?=
+IMAGE ?=
 
 RUN_ARGS := --output_dir=$(OUTPUT_DIR) $(if $(DATA_DIR),--data_dir=$(DATA_DIR)) \
 	$(if $(GLOVE),--glove=$(GLOVE)) $(if $(RESNET_WEIGHTS),--resnet_weights=$(RESNET_WEIGHTS)) \
 	$(foreach assignment,$(SET),--set=$(assignment))
 
-.PHONY: help install test test-fast lint bench demo-data pipeline-local clean
+KFP_ARGS := $(if $(PROJECT),--project=$(PROJECT)) --region=$(REGION) $(if $(BUCKET),--bucket=$(BUCKET)) \
+	$(if $(IMAGE),--image=$(IMAGE)) $(if $(DATA_DIR),--data_dir=$(DATA_DIR),--no_data_fingerprint) \
+	$(if $(GLOVE),--glove=$(GLOVE)) $(if $(RESNET_WEIGHTS),--resnet_weights=$(RESNET_WEIGHTS)) \
+	$(foreach assignment,$(SET),--set=$(assignment))
+
+.PHONY: help install check-java test test-fast lint bench demo-data pipeline-local pipeline-compile \
+	pipeline-vertex clean
 
 help:
 	@echo "make pipeline-local   run the pipeline (demo data unless DATA_DIR=...)"
 	@echo "make test             run the test suite (installs .venv first if needed)"
 	@echo "make demo-data        generate the demo dataset under OUTPUT_DIR/demo_data"
+	@echo "make pipeline-compile write the Kubeflow Pipelines v2 / Vertex AI pipeline JSON"
+	@echo "make pipeline-vertex  compile and submit to Vertex AI (PROJECT=, REGION=, BUCKET=, DATA_DIR=)"
 	@echo "make install | lint | bench | clean"
 
 $(STAMP): setup.py constraints.txt
@@ -47,10 +60,14 @@ $(STAMP): setup.py constraints.txt
 
 install: $(STAMP)
 
-test: $(STAMP)
+# pycocoevalcap's PTB tokenizer and METEOR (the evaluator and its tests) run Java.
+check-java:
+	@command -v java >/dev/null 2>&1 || { echo "A Java runtime is needed for the caption metrics (pycocoevalcap's PTB tokenizer and METEOR) and none is on PATH. Install one, e.g. 'sudo apt-get install default-jre-headless' (Debian/Ubuntu) or 'brew install openjdk' (macOS)." >&2; exit 1; }
+
+test: $(STAMP) check-java
 	$(PY) -m pytest $(PYTEST_ARGS)
 
-test-fast: $(STAMP)
+test-fast: $(STAMP) check-java
 	$(PY) -m pytest -m "not slow and not e2e" $(PYTEST_ARGS)
 
 lint: $(STAMP)
@@ -62,8 +79,15 @@ bench: $(STAMP)
 demo-data: $(STAMP)
 	$(PY) -m pipeline.local_runner demo-data $(RUN_ARGS)
 
-pipeline-local: $(STAMP)
+pipeline-local: $(STAMP) check-java
 	$(PY) -m pipeline.local_runner run $(RUN_ARGS)
+
+pipeline-compile: $(STAMP)
+	$(PY) -m pipeline.kubeflow_v2_runner compile --output_file=$(OUTPUT_DIR)/kfp/flickr8k-captioning.json $(KFP_ARGS)
+
+pipeline-vertex: $(STAMP)
+	@test -n "$(PROJECT)" -a -n "$(BUCKET)" -a -n "$(DATA_DIR)" || { echo "make pipeline-vertex needs PROJECT=, BUCKET= and DATA_DIR=gs://... (REGION= defaults to us-central1)" >&2; exit 1; }
+	$(PY) -m pipeline.kubeflow_v2_runner submit --output_file=$(OUTPUT_DIR)/kfp/flickr8k-captioning.json $(KFP_ARGS)
 
 clean:
 	rm -rf $(VENV) outputs .pytest_cache build *.egg-info

@@ -48,11 +48,14 @@ def tokenize(captions: Mapping[str, List[str]]) -> Dict[str, List[str]]:
 
 
 def score_tokenized(references: Mapping[str, List[str]], candidates: Mapping[str, List[str]],
-                    with_meteor: bool = True) -> Dict[str, float]:
-    """Metrics over already tokenized captions (``candidates[id]`` holds one caption)."""
+                    with_meteor: bool = True, meteor=None) -> Dict[str, float]:
+    """Metrics over already tokenized captions (``candidates[id]`` holds one caption).
+
+    ``meteor``: a running ``pycocoevalcap`` METEOR scorer to reuse (its JVM takes
+    seconds to start); one is started and stopped here when None.
+    """
     from pycocoevalcap.bleu.bleu import Bleu
     from pycocoevalcap.cider.cider import Cider
-    from pycocoevalcap.meteor.meteor import Meteor
     from pycocoevalcap.rouge.rouge import Rouge
 
     if set(references) != set(candidates):
@@ -67,22 +70,45 @@ def score_tokenized(references: Mapping[str, List[str]], candidates: Mapping[str
         bleu, _ = Bleu(4).compute_score(references, candidates)
     scores = {f"BLEU-{n}": float(value) for n, value in enumerate(bleu, start=1)}
     if with_meteor:
-        check_java()
-        meteor = Meteor()
-        try:
-            scores["METEOR"] = float(meteor.compute_score(references, candidates)[0])
-        finally:  # the JVM would otherwise live until garbage collection
-            meteor.meteor_p.kill()
-            meteor.meteor_p.wait()
+        with contextlib.ExitStack() as stack:
+            scorer = meteor or stack.enter_context(running_meteor())
+            scores["METEOR"] = float(scorer.compute_score(references, candidates)[0])
     scores["ROUGE-L"] = float(Rouge().compute_score(references, candidates)[0])
     scores["CIDEr"] = float(Cider().compute_score(references, candidates)[0])
     return scores
 
 
+@contextlib.contextmanager
+def running_meteor():
+    """One METEOR 1.5 JVM for several scorings; killed on exit."""
+    from pycocoevalcap.meteor.meteor import Meteor
+
+    check_java()
+    meteor = Meteor()
+    try:
+        yield meteor
+    finally:
+        meteor.meteor_p.kill()
+        meteor.meteor_p.wait()
+
+
+def score_many(references: Mapping[str, List[str]], candidate_sets: Mapping[str, Mapping[str, str]],
+               with_meteor: bool = True) -> Dict[str, Dict[str, float]]:
+    """Metrics of several candidate sets (``{name: {id: caption}}``) against the same raw
+    references, with one tokenizer run and one METEOR process."""
+    tokenized = tokenize({
+        **{f"ref/{key}": list(values) for key, values in references.items()},
+        **{f"cand/{name}/{key}": [caption] for name, candidates in candidate_sets.items()
+           for key, caption in candidates.items()}})
+    tokenized_references = {key: tokenized[f"ref/{key}"] for key in references}
+    with contextlib.ExitStack() as stack:
+        meteor = stack.enter_context(running_meteor()) if with_meteor else None
+        return {name: score_tokenized(
+            tokenized_references, {key: tokenized[f"cand/{name}/{key}"] for key in candidates},
+            with_meteor, meteor) for name, candidates in candidate_sets.items()}
+
+
 def score_captions(references: Mapping[str, List[str]], candidates: Mapping[str, str],
                    with_meteor: bool = True) -> Dict[str, float]:
     """Corpus metrics of one raw candidate caption per id against its raw references."""
-    tokenized = tokenize({**{f"ref/{key}": list(values) for key, values in references.items()},
-                          **{f"cand/{key}": [caption] for key, caption in candidates.items()}})
-    return score_tokenized({key: tokenized[f"ref/{key}"] for key in references},
-                           {key: tokenized[f"cand/{key}"] for key in candidates}, with_meteor)
+    return score_many(references, {"candidates": candidates}, with_meteor)["candidates"]

@@ -24,9 +24,10 @@ class DecodedImage:
     caption: str
     log_probability: float
     references: List[str]
+    tokens: List[int]  # the generated ids, 0-padded after <end>
 
 
-def _split_records(examples_dir: str, split: str):
+def split_records(examples_dir: str, split: str):
     paths = sorted(glob.glob(os.path.join(examples_dir, f"Split-{split}", "*")))
     if not paths:
         raise FileNotFoundError(f"No examples of split {split!r} under {examples_dir}.")
@@ -41,21 +42,27 @@ def _split_records(examples_dir: str, split: str):
 
 
 def decode_split(saved_model, examples_dir: str, split: str, beam_width: int = 0,
-                 batch_size: int = 32) -> List[DecodedImage]:
-    """Greedy (``beam_width`` 0) or beam-search captions of every image of a split."""
-    records = list(_split_records(examples_dir, split))
+                 batch_size: int = 32, zero_features: bool = False) -> List[DecodedImage]:
+    """Greedy (``beam_width`` 0) or beam-search captions of every image of a split.
+
+    ``zero_features`` feeds all-zero feature maps instead: the image-blind baseline.
+    """
+    records = list(split_records(examples_dir, split))
     rows = []
     for start in range(0, len(records), batch_size):
         batch = records[start:start + batch_size]
-        features = tf.constant(np.stack([features for _, features, _ in batch]).astype(np.float32))
+        features = np.stack([features for _, features, _ in batch]).astype(np.float32)
+        features = tf.constant(np.zeros_like(features) if zero_features else features)
         if beam_width:
             outputs = saved_model.signatures["caption_features_beam"](
                 image_features=features, beam_width=tf.constant(beam_width, tf.int32))
         else:
             outputs = saved_model.signatures["caption_features"](image_features=features)
-        for (image_id, _, references), caption, score in zip(
-                batch, outputs["caption"].numpy(), outputs["score"].numpy(), strict=True):
-            rows.append(DecodedImage(image_id, caption.decode("utf-8"), float(score), references))
+        for (image_id, _, references), caption, score, tokens in zip(
+                batch, outputs["caption"].numpy(), outputs["score"].numpy(),
+                outputs["tokens"].numpy(), strict=True):
+            rows.append(DecodedImage(image_id, caption.decode("utf-8"), float(score), references,
+                                     [int(token) for token in tokens]))
     return rows
 
 

@@ -10,8 +10,10 @@ so on a local or POSIX file system a version directory never exists without
 its ``saved_model.pb``. On object stores (``gs://``), where a rename is a
 copy, the base executor's ``saved_model.pb``-last order still holds.
 
-Everything else (blessing checks, ``ModelPushPath`` properties, the archive
-copy in the artifact) is TFX's.
+Pushing the same model artifact again (a re-execution of the Pusher) creates
+no second version: each version records the model it came from in
+``assets.extra/pushed_from.txt``. Everything else (blessing checks,
+``PushedModel`` properties, the archive copy in the artifact) is TFX's.
 """
 
 import os
@@ -28,6 +30,8 @@ from tfx.types import artifact_utils, standard_component_specs
 from tfx.utils import io_utils, proto_utils
 
 STAGING_PREFIX = ".staging-"
+# Beside the SavedModel (TF Serving ignores it): which model a version was pushed from.
+PUSHED_FROM_FILE = os.path.join("assets.extra", "pushed_from.txt")
 
 
 def copy_model_atomically(model_path: str, serving_path: str) -> None:
@@ -36,6 +40,7 @@ def copy_model_atomically(model_path: str, serving_path: str) -> None:
     staging_path = os.path.join(parent, f"{STAGING_PREFIX}{version}-{uuid.uuid4().hex[:8]}")
     try:
         io_utils.copy_dir(model_path, staging_path, deny_regex_patterns=[r"saved_model\.pb"])
+        io_utils.write_string_file(os.path.join(staging_path, PUSHED_FROM_FILE), model_path)
         io_utils.copy_file(os.path.join(model_path, "saved_model.pb"),
                            os.path.join(staging_path, "saved_model.pb"))
         fileio.rename(staging_path, serving_path)
@@ -64,6 +69,15 @@ class AtomicPushExecutor(pusher_executor.Executor):
         if push_destination.WhichOneof("destination") != "filesystem":
             raise NotImplementedError(f"Push destination {push_destination} is not a file system.")
         base_directory = push_destination.filesystem.base_directory
+        already_pushed = version_pushed_from(base_directory, model_path)
+        if already_pushed:
+            # A re-execution (e.g. after the evaluator re-ran against a new baseline): no new version.
+            logging.info("Model %s is already pushed as %s; not pushing it again.", model_path,
+                         already_pushed)
+            io_utils.copy_dir(model_path, model_push.uri)
+            self._MarkPushed(model_push, pushed_destination=already_pushed,
+                             pushed_version=os.path.basename(already_pushed))
+            return
         model_version = str(int(time.time()))
         serving_path = os.path.join(base_directory, model_version)
         while fileio.exists(serving_path):  # two pushes within one second
@@ -81,3 +95,14 @@ class AtomicPusher(tfx.components.Pusher):
 
     EXECUTOR_SPEC = executor_spec.ExecutorClassSpec(AtomicPushExecutor)
 
+
+def version_pushed_from(base_directory: str, model_path: str):
+    """The version directory already holding a push of ``model_path``, or None."""
+    if not fileio.exists(base_directory):
+        return None
+    for name in sorted(fileio.listdir(base_directory)):
+        marker = os.path.join(base_directory, name.rstrip("/"), PUSHED_FROM_FILE)
+        if name.rstrip("/").isdigit() and fileio.exists(marker) and \
+                io_utils.read_string_file(marker) == model_path:
+            return os.path.join(base_directory, name.rstrip("/"))
+    return None

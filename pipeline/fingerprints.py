@@ -24,9 +24,16 @@ def code_fingerprint(module_names: Iterable[str]) -> str:
 TRANSFORM_MODULES = ("components.preprocessing", "components.caption_text", "components.glove",
                      "components.config")
 TRAINER_MODULES = TRANSFORM_MODULES + ("components.trainer.model", "components.trainer.losses",
-                                       "components.trainer.inputs", "components.trainer.run_fn")
+                                       "components.trainer.inputs", "components.trainer.run_fn",
+                                       "components.export", "components.decoding",
+                                       "components.resnet_features")
+
+
+EVALUATOR_MODULES = ("components.evaluator", "components.evaluation", "components.caption_metrics",
+                     "components.report", "components.config")
 
 
 def pipeline_code_fingerprints() -> dict:
     return {"transform": code_fingerprint(TRANSFORM_MODULES),
-            "trainer": code_fingerprint(TRAINER_MODULES)}
+            "trainer": code_fingerprint(TRAINER_MODULES),
+            "evaluator": code_fingerprint(EVALUATOR_MODULES)}

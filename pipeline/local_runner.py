@@ -139,20 +139,25 @@ def latest_pushed_model(output_dir: str) -> Optional[str]:
         "pushed_destination"].string_value
 
 
-def print_test_split_decoding(model_dir: str, examples_uri: str, beam_width: int) -> None:
-    """Greedy vs beam search on the test split: mean log-probability and a few captions."""
-    import tensorflow as tf
+def print_evaluation(output_dir: str) -> None:
+    """The evaluator's metrics table, greedy vs beam log-probability, verdict and report path."""
+    from components import evaluator
 
-    from components import evaluation
-
-    model = tf.saved_model.load(model_dir)
-    greedy = evaluation.decode_split(model, examples_uri, "test")
-    beam = evaluation.decode_split(model, examples_uri, "test", beam_width=beam_width)
-    print(f"  test split, {len(greedy)} images: mean caption log-probability greedy "
-          f"{evaluation.mean_log_probability(greedy):.3f}, beam search (width {beam_width}) "
-          f"{evaluation.mean_log_probability(beam):.3f}")
-    for row in beam[:3]:
-        print(f"    {row.image_id}: {row.caption!r}  (reference: {row.references[0]!r})")
+    evaluation_uri = latest_artifact_uri(output_dir, "ModelEvaluation", "CaptionEvaluator")
+    print(f"Evaluation: {evaluation_uri}")
+    if not evaluation_uri:
+        return
+    with open(os.path.join(evaluation_uri, evaluator.METRICS_FILE), encoding="utf-8") as stream:
+        document = json.load(stream)
+    print(f"  caption metrics (beam search, width {document['beam_width']}; pycocoevalcap):")
+    print("\n".join("  " + line for line in evaluator.metrics_table(document["splits"]).splitlines()))
+    for split, result in document["splits"].items():
+        print(f"  {split}: mean caption log-probability " + ", ".join(
+            f"{name} {value:.3f}" for name, value in result["mean_log_probability"].items()))
+        for row in result["captions"][:2]:
+            print(f"    {row['image_id']}: {row['caption']!r} (a reference: {row['references'][0]!r})")
+    print(f"  {'BLESSED' if document['blessed'] else 'NOT BLESSED'}: {'; '.join(document['reasons'])}")
+    print(f"  report: {os.path.join(evaluation_uri, evaluator.REPORT_FILE)}")
 
 
 def print_outputs(pipeline_config: config_lib.PipelineConfig) -> None:
@@ -194,13 +199,12 @@ def print_outputs(pipeline_config: config_lib.PipelineConfig) -> None:
               f"dev loss {history['val_loss'][0]:.3f} -> {min(history['val_loss']):.3f} (best), "
               f"dev token accuracy {max(history['val_masked_accuracy']):.3f}")
         print(f"  TensorBoard: tensorboard --logdir {os.path.join(run_uri, 'tensorboard')}")
+    print_evaluation(output_dir)
     pushed = latest_pushed_model(output_dir)
-    print(f"Pushed SavedModel: {pushed or 'none (not pushed)'}")
+    print(f"Pushed SavedModel: {pushed or 'none (the model was not blessed)'}")
     if pushed:
         print(f"  caption images: .venv/bin/python -m components.captioner caption --model "
               f"{os.path.dirname(pushed)} IMAGE.jpg ...")
-        if examples_uri:
-            print_test_split_decoding(pushed, examples_uri, pipeline_config.export.beam_width)
     print(f"ML Metadata: {metadata_path(output_dir)}")
 
 

@@ -2,8 +2,7 @@
 
 Pure: it builds components and returns a ``tfx.dsl.Pipeline``; runners decide
 the pipeline root, the metadata store and the Beam arguments, and run it.
-Stages are added in pipeline order as they land (see README, "Status"); the
-evaluator's blessing will gate the Pusher once it exists (issue 7).
+Stages are added in pipeline order as they land (see README, "Status").
 """
 
 import os
@@ -13,6 +12,7 @@ from tfx import v1 as tfx
 
 from components import config as config_lib
 from components import preprocessing, resnet_features
+from components.evaluator import CaptionEvaluator
 from components.flickr8k_gen import Flickr8kExampleGen
 from components.pusher import AtomicPusher
 from components.validation import ExampleValidationGate
@@ -55,23 +55,31 @@ def create_pipeline(
     metadata_connection_config=None,
     beam_pipeline_args: Optional[List[str]] = None,
     enable_cache: bool = True,
+    vertex_training: Optional[Mapping[str, object]] = None,
 ) -> tfx.dsl.Pipeline:
-    """Ingestion → statistics → schema → validation gate → Transform → Trainer → Pusher.
+    """Ingestion → statistics → schema → validation gate → Transform → Trainer → evaluator → Pusher.
 
-    The Pusher copies the Trainer's SavedModel into a new numbered version
-    directory under ``serving_model_dir`` (TF Serving's layout).
+    The evaluator scores the Trainer's SavedModel against image-blind baselines
+    and the latest blessed model (a ``LatestBlessedModelStrategy`` resolver) and
+    blesses it or not; the Pusher copies a blessed model into a new numbered
+    version directory under ``serving_model_dir`` (TF Serving's layout).
 
     ``data_fingerprint`` (``components.flickr8k_gen.data_fingerprint``) and
     ``code_fingerprints`` (``{"transform": ..., "trainer": ...}``, digests of
     the user code, see ``pipeline.fingerprints``) enter TFX's cache keys, which
     see neither the input files nor the code behind a module path by themselves.
+    ``vertex_training`` (the Trainer extension's ``custom_config`` keys, built by
+    ``pipeline.kubeflow_v2_runner``) runs the Trainer as a Vertex AI training job.
     """
     example_gen = Flickr8kExampleGen(pipeline_config=pipeline_config.to_json(),
                                      data_fingerprint=data_fingerprint)
     validation_and_transform = validated_transform(
         example_gen.outputs["examples"], pipeline_config, schema_path, code_fingerprints["transform"])
     transform = validation_and_transform[-1]
-    trainer = tfx.components.Trainer(
+    # On Vertex AI the Trainer component only submits a custom training job (GPU worker pool).
+    trainer_class = (tfx.extensions.google_cloud_ai_platform.Trainer if vertex_training
+                     else tfx.components.Trainer)
+    trainer = trainer_class(
         run_fn="components.trainer.run_fn.run_fn",
         examples=transform.outputs["transformed_examples"],
         transform_graph=transform.outputs["transform_graph"],
@@ -82,14 +90,30 @@ def create_pipeline(
             "code_fingerprint": code_fingerprints["trainer"],
             # Outside every execution's directory, so a re-run resumes a killed training.
             "backup_root": os.path.join(pipeline_root, "_trainer_backup"),
+            **(vertex_training or {}),
         },
+    )
+    latest_blessed_model = tfx.dsl.Resolver(
+        strategy_class=tfx.dsl.experimental.LatestBlessedModelStrategy,
+        model=tfx.dsl.Channel(type=tfx.types.standard_artifacts.Model),
+        model_blessing=tfx.dsl.Channel(type=tfx.types.standard_artifacts.ModelBlessing),
+    ).with_id("latest_blessed_model_resolver")
+    evaluator = CaptionEvaluator(
+        examples=example_gen.outputs["examples"],
+        model=trainer.outputs["model"],
+        model_run=trainer.outputs["model_run"],
+        baseline_model=latest_blessed_model.outputs["model"],
+        pipeline_config=pipeline_config.to_json(),
+        code_fingerprint=code_fingerprints["evaluator"],
     )
     model_pusher = AtomicPusher(
         model=trainer.outputs["model"],
+        model_blessing=evaluator.outputs["blessing"],
         push_destination=tfx.proto.PushDestination(
             filesystem=tfx.proto.PushDestination.Filesystem(base_directory=serving_model_dir)),
     ).with_id("Pusher")
-    components = [example_gen, *validation_and_transform, trainer, model_pusher]
+    components = [example_gen, *validation_and_transform, trainer, latest_blessed_model, evaluator,
+                  model_pusher]
     return tfx.dsl.Pipeline(
         pipeline_name=pipeline_config.runtime.pipeline_name,
         pipeline_root=pipeline_root,

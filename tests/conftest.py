@@ -5,6 +5,7 @@
   ``MirroredStrategy`` in the Trainer runs 2 replicas, as on a 2-GPU machine.
 """
 
+import pytest
 from absl import flags
 
 LOGICAL_CPUS = 2
@@ -19,3 +20,12 @@ def pytest_configure(config):
     cpus = tf.config.list_physical_devices("CPU")
     tf.config.set_logical_device_configuration(
         cpus[0], [tf.config.LogicalDeviceConfiguration() for _ in range(LOGICAL_CPUS)])
+
+
+@pytest.fixture(scope="session")
+def trained_demo_model(tmp_path_factory):
+    """A model trained on real demo JPEGs through ingestion, Transform and run_fn (see
+    tests/model_fixtures.py); shared by the export and evaluation tests."""
+    from tests import model_fixtures
+
+    return model_fixtures.train_demo_model(str(tmp_path_factory.mktemp("demo_model")))

@@ -17,7 +17,6 @@ import tensorflow_transform as tft
 from components import caption_text, captioner, preprocessing, resnet_features
 from components.trainer import model as model_lib
 from components.trainer import run_fn
-from tests import model_fixtures
 
 pytestmark = pytest.mark.slow
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -25,8 +24,8 @@ SAVED_MODEL_CLI = os.path.join(os.path.dirname(sys.executable), "saved_model_cli
 
 
 @pytest.fixture(scope="module")
-def trained(tmp_path_factory):
-    return model_fixtures.train_demo_model(str(tmp_path_factory.mktemp("demo_model")))
+def trained(trained_demo_model):
+    return trained_demo_model
 
 
 @pytest.fixture(scope="module")

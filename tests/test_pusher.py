@@ -11,10 +11,10 @@ from tfx.utils import io_utils, proto_utils
 from components import captioner, pusher
 
 
-def _model_artifact(root):
+def _model_artifact(root, name="model"):
     model = standard_artifacts.Model()
-    model.uri = str(root / "model")
-    serving = root / "model" / "Format-Serving"
+    model.uri = str(root / name)
+    serving = root / name / "Format-Serving"
     (serving / "variables").mkdir(parents=True, exist_ok=True)
     (serving / "variables" / "variables.data-00000-of-00001").write_bytes(b"\0" * 1000)
     (serving / "saved_model.pb").write_bytes(b"graph")
@@ -29,10 +29,10 @@ def _blessing(root, blessed):
     return blessing
 
 
-def _push(root, destination, blessing=None):
+def _push(root, destination, blessing=None, model_name="model"):
     pushed = standard_artifacts.PushedModel()
     pushed.uri = str(root / f"pushed_{len(os.listdir(root))}")
-    inputs = {"model": [_model_artifact(root)]}
+    inputs = {"model": [_model_artifact(root, model_name)]}
     if blessing is not None:
         inputs["model_blessing"] = [blessing]
     push_destination = proto_utils.proto_to_json(pusher_pb2.PushDestination(
@@ -53,15 +53,18 @@ def test_unblessed_model_is_not_pushed_and_blessed_one_is(tmp_path):
     version_dir = pushed.get_string_custom_property("pushed_destination")
     assert os.path.dirname(version_dir) == str(destination)
     assert os.path.basename(version_dir) == pushed.get_string_custom_property("pushed_version")
-    assert sorted(os.listdir(version_dir)) == ["saved_model.pb", "variables"]
+    assert sorted(os.listdir(version_dir)) == ["assets.extra", "saved_model.pb", "variables"]
     assert captioner.resolve_model_dir(str(destination)) == version_dir
 
 
-def test_two_pushes_get_two_versions(tmp_path):
+def test_two_models_get_two_versions_and_the_same_model_is_not_pushed_twice(tmp_path):
     destination = tmp_path / "serving"
-    first = _push(tmp_path, destination).get_string_custom_property("pushed_version")
-    second = _push(tmp_path, destination).get_string_custom_property("pushed_version")
-    assert int(second) > int(first)
+    first = _push(tmp_path, destination, model_name="model_a").get_string_custom_property("pushed_version")
+    second = _push(tmp_path, destination, model_name="model_b").get_string_custom_property("pushed_version")
+    assert int(second) > int(first)  # within one second too
+    again = _push(tmp_path, destination, model_name="model_a")
+    assert again.get_int_custom_property("pushed") == 1
+    assert again.get_string_custom_property("pushed_version") == first
     assert sorted(os.listdir(destination)) == sorted([first, second])
 
 

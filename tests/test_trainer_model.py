@@ -162,3 +162,14 @@ def test_incremental_decoder_steps_equal_the_full_model():
     for position in range(input_ids.shape[1]):
         logits, state = decoder.step(projection, tf.constant(input_ids[:, position]), state)
         np.testing.assert_allclose(logits.numpy(), full_logits[:, position], atol=2e-5)
+
+
+def test_attention_weights_are_distributions_over_the_grid():
+    keras.utils.set_random_seed(7)
+    model = model_lib.build_captioning_model(SMALL, 50, embedding_dim=16)
+    features, input_ids, _ = _batch(np.random.RandomState(7), batch=2, length=5, real_tokens=5)
+    projection = model_lib.split_model(model)[0](features)
+    weights = model_lib.IncrementalDecoder(model).attention_weights(projection, input_ids)
+    assert weights.shape == (2, 5, 49)
+    np.testing.assert_allclose(weights.sum(axis=-1), 1.0, atol=1e-5)
+    assert np.all(weights >= 0) and not np.allclose(weights[0, 0], weights[0, 1])

@@ -163,18 +163,38 @@ class IncrementalDecoder:
 
     def step(self, image_projection, token_ids, state):
         """``token_ids [batch]`` → (float32 logits ``[batch, vocabulary]``, new state)."""
+        logits, state, _ = self._step(image_projection, token_ids, state, return_attention=False)
+        return logits, state
+
+    def attention_weights(self, image_projection, token_ids) -> np.ndarray:
+        """Where the decoder looks while reading each token (``<start>`` first).
+
+        Returns ``[batch, tokens, 49]`` attention over the 7x7 grid, averaged over
+        heads: row *t* is the attention when reading token *t* to predict *t + 1*.
+        """
+        state = self.initial_state(image_projection)
+        weights = []
+        for position in range(token_ids.shape[1]):
+            _, state, scores = self._step(image_projection, token_ids[:, position], state,
+                                          return_attention=True)
+            weights.append(keras.ops.convert_to_numpy(keras.ops.mean(scores, axis=1)[:, 0]))
+        return np.stack(weights, axis=1)
+
+    def _step(self, image_projection, token_ids, state, return_attention: bool):
         first_h, first_c, second_h, second_c = state
         # The embedding table directly: calling the layer would attach a mask the cells drop.
         embedded = keras.ops.cast(keras.ops.take(self.embedding.embeddings, token_ids, axis=0),
                                   self.embedding.compute_dtype)
         text, (first_h, first_c) = self.caption_lstm.cell(embedded, [first_h, first_c])
-        attended = self.attention(query=text[:, None], value=image_projection, key=image_projection,
-                                  training=False)[:, 0]
-        merged = self.norm(self.residual([text, attended]))
+        attention_outputs = self.attention(
+            query=text[:, None], value=image_projection, key=image_projection,
+            return_attention_scores=return_attention, training=False)
+        attended, scores = attention_outputs if return_attention else (attention_outputs, None)
+        merged = self.norm(self.residual([text, attended[:, 0]]))
         decoded, (second_h, second_c) = self.decoder_lstm.cell(merged, [second_h, second_c])
         logits = keras.ops.cast(self.logits(decoded), "float32")
         return logits, tuple(keras.ops.cast(tensor, "float32")
-                             for tensor in (first_h, first_c, second_h, second_c))
+                             for tensor in (first_h, first_c, second_h, second_c)), scores
 
 
 def learning_rate_schedule(trainer: config_lib.TrainerConfig, total_steps: int):

@@ -1,0 +1,189 @@
+"""Kubeflow Pipelines v2 / Vertex AI runner: ``make pipeline-compile`` and ``make pipeline-vertex``.
+
+Decides paths and platforms only, then hands :func:`pipeline.pipeline.create_pipeline`
+to TFX's ``KubeflowV2DagRunner``, which writes the pipeline as a KFP v2
+``PipelineJob`` JSON. ``submit`` also runs it on Vertex AI Pipelines with the
+``google-cloud-aiplatform`` client. On the cloud (``cloud.*`` settings):
+
+* every component runs in the pipeline image (``Dockerfile``), artifacts live
+  under ``gs://<bucket>/pipeline_root`` and pushed models under
+  ``gs://<bucket>/serving_model``;
+* Beam components (ingestion, StatisticsGen, Transform) run on Dataflow, with
+  the pipeline image as the workers' SDK container;
+* the Trainer runs as a Vertex AI custom training job on one machine of
+  ``cloud.trainer_machine_type`` with ``cloud.trainer_accelerator_count`` GPUs
+  of ``cloud.trainer_accelerator_type``; MirroredStrategy uses all of them.
+
+    python -m pipeline.kubeflow_v2_runner compile --project=P --bucket=B --data_dir=gs://B/flickr8k
+    python -m pipeline.kubeflow_v2_runner submit  --project=P --region=R --bucket=B --data_dir=...
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import sys
+from typing import List, Optional, Sequence
+
+from absl import logging
+
+from components import config as config_lib
+
+# Where the Dockerfile puts the repository inside the image.
+IMAGE_WORKDIR = "/pipeline"
+PLACEHOLDER_BUCKET = "YOUR_BUCKET"
+PLACEHOLDER_PROJECT = "YOUR_PROJECT"
+
+
+def project_id(cloud: config_lib.CloudConfig) -> str:
+    return cloud.project or PLACEHOLDER_PROJECT
+
+
+def bucket_uri(cloud: config_lib.CloudConfig, *parts: str) -> str:
+    bucket = cloud.bucket or PLACEHOLDER_BUCKET
+    bucket = bucket if bucket.startswith("gs://") else f"gs://{bucket}"
+    return "/".join([bucket.rstrip("/"), *parts])
+
+
+def image_uri(cloud: config_lib.CloudConfig) -> str:
+    return cloud.image or f"gcr.io/{project_id(cloud)}/flickr8k-captioning:latest"
+
+
+def dataflow_beam_args(cloud: config_lib.CloudConfig) -> List[str]:
+    """Beam options for Dataflow; workers run the pipeline image, so they have this package."""
+    return [
+        "--runner=DataflowRunner",
+        f"--project={project_id(cloud)}",
+        f"--region={cloud.region}",
+        f"--temp_location={bucket_uri(cloud, 'tmp')}",
+        f"--machine_type={cloud.dataflow_machine_type}",
+        f"--max_num_workers={cloud.dataflow_max_workers}",
+        f"--sdk_container_image={image_uri(cloud)}",
+        "--experiments=use_runner_v2",
+        "--disk_size_gb=100",
+    ]
+
+
+def vertex_training_config(cloud: config_lib.CloudConfig) -> dict:
+    """``custom_config`` keys of TFX's Vertex AI Trainer: one GPU machine, the pipeline image."""
+    from tfx import v1 as tfx
+
+    vertex = tfx.extensions.google_cloud_ai_platform
+    machine_spec = {"machine_type": cloud.trainer_machine_type}
+    if cloud.trainer_accelerator_count > 0:
+        machine_spec.update(accelerator_type=cloud.trainer_accelerator_type,
+                            accelerator_count=cloud.trainer_accelerator_count)
+    return {
+        vertex.ENABLE_VERTEX_KEY: True,
+        vertex.VERTEX_REGION_KEY: cloud.region,
+        vertex.TRAINING_ARGS_KEY: {
+            "project": project_id(cloud),
+            "worker_pool_specs": [{"machine_spec": machine_spec, "replica_count": 1,
+                                   "container_spec": {"image_uri": image_uri(cloud)}}],
+        },
+    }
+
+
+def cloud_data_fingerprint(pipeline_config: config_lib.PipelineConfig, compute: bool) -> str:
+    """The data digest for the cache key, computed from here when asked (gs:// needs credentials)."""
+    from components.flickr8k_gen import data_fingerprint
+
+    if compute:
+        return data_fingerprint(pipeline_config.data)
+    logging.warning("Data fingerprint not computed: the cache key holds only the data path %s, so "
+                    "changed files under the same path need ENABLE_CACHE=0.",
+                    pipeline_config.data.data_dir)
+    return f"path-only:{pipeline_config.data.data_dir}"
+
+
+def compile_pipeline(pipeline_config: config_lib.PipelineConfig, output_file: str,
+                     fingerprint_data: bool = True, enable_cache: bool = True) -> str:
+    """Writes the KFP v2 PipelineJob JSON to ``output_file`` and returns its path."""
+    from tfx import v1 as tfx
+
+    from pipeline import fingerprints
+    from pipeline.pipeline import create_pipeline
+
+    cloud = pipeline_config.cloud
+    pipeline_root = bucket_uri(cloud, "pipeline_root")
+    pipeline = create_pipeline(
+        pipeline_config,
+        pipeline_root=pipeline_root,
+        data_fingerprint=cloud_data_fingerprint(pipeline_config, fingerprint_data),
+        schema_path=os.path.join(IMAGE_WORKDIR, "schemas", "schema.pbtxt"),
+        code_fingerprints=fingerprints.pipeline_code_fingerprints(),
+        serving_model_dir=pipeline_config.export.push_destination or bucket_uri(cloud, "serving_model"),
+        beam_pipeline_args=dataflow_beam_args(cloud) if cloud.dataflow else ["--runner=DirectRunner"],
+        enable_cache=enable_cache,
+        vertex_training=vertex_training_config(cloud) if cloud.vertex_training else None,
+    )
+    output_dir, file_name = os.path.split(os.path.abspath(output_file))
+    os.makedirs(output_dir, exist_ok=True)
+    tfx.orchestration.experimental.KubeflowV2DagRunner(
+        config=tfx.orchestration.experimental.KubeflowV2DagRunnerConfig(default_image=image_uri(cloud)),
+        output_dir=output_dir, output_filename=file_name).run(pipeline)
+    return os.path.join(output_dir, file_name)
+
+
+def submit(pipeline_config: config_lib.PipelineConfig, pipeline_file: str) -> str:
+    """Submits a compiled pipeline to Vertex AI Pipelines; returns the job's resource name."""
+    from google.cloud import aiplatform
+
+    cloud = pipeline_config.cloud
+    if not cloud.project or not cloud.bucket:
+        raise ValueError("Submitting to Vertex AI needs cloud.project and cloud.bucket "
+                         "(make pipeline-vertex PROJECT=... REGION=... BUCKET=...).")
+    aiplatform.init(project=cloud.project, location=cloud.region,
+                    staging_bucket=bucket_uri(cloud, "staging"))
+    job = aiplatform.PipelineJob(display_name=pipeline_config.runtime.pipeline_name,
+                                 template_path=pipeline_file,
+                                 pipeline_root=bucket_uri(cloud, "pipeline_root"))
+    job.submit()
+    return job.resource_name
+
+
+def build_config(args: argparse.Namespace) -> config_lib.PipelineConfig:
+    overrides = config_lib.parse_override_args(args.set or [])
+    named = {"cloud.project": args.project, "cloud.region": args.region, "cloud.bucket": args.bucket,
+             "cloud.image": args.image, "data.data_dir": args.data_dir,
+             "transform.glove_path": args.glove, "features.resnet_weights": args.resnet_weights}
+    overrides.update({key: value for key, value in named.items() if value})
+    pipeline_config = config_lib.PipelineConfig().with_overrides(overrides)
+    if not pipeline_config.data.data_dir:
+        pipeline_config = dataclasses.replace(pipeline_config, data=dataclasses.replace(
+            pipeline_config.data, data_dir=bucket_uri(pipeline_config.cloud, "flickr8k")))
+    return pipeline_config
+
+
+def _parse_args(argv: Sequence[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m pipeline.kubeflow_v2_runner", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("command", choices=("compile", "submit"))
+    parser.add_argument("--output_file", default="outputs/kfp/flickr8k-captioning.json")
+    for name in ("project", "region", "bucket", "image", "data_dir", "glove", "resnet_weights"):
+        parser.add_argument(f"--{name}", default="")
+    parser.add_argument("--no_data_fingerprint", action="store_true",
+                        help="do not read DATA_DIR from here (no GCS credentials)")
+    parser.add_argument("--disable_cache", action="store_true")
+    parser.add_argument("--set", action="append", metavar="SECTION.FIELD=VALUE")
+    return parser.parse_args(argv)
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    logging.set_verbosity(logging.INFO)
+    args = _parse_args(sys.argv[1:] if argv is None else argv)
+    pipeline_config = build_config(args)
+    path = compile_pipeline(pipeline_config, args.output_file,
+                            fingerprint_data=not args.no_data_fingerprint,
+                            enable_cache=not args.disable_cache)
+    print(f"Pipeline JSON: {path}")
+    print(f"  image {image_uri(pipeline_config.cloud)}, root {bucket_uri(pipeline_config.cloud, 'pipeline_root')}, "
+          f"data {pipeline_config.data.data_dir}")
+    if args.command == "submit":
+        print(f"Submitted: {submit(pipeline_config, path)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
