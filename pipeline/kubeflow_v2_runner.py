@@ -178,7 +178,8 @@ def main(argv: Optional[List[str]] = None) -> int:
                             fingerprint_data=not args.no_data_fingerprint,
                             enable_cache=not args.disable_cache)
     print(f"Pipeline JSON: {path}")
-    print(f"  image {image_uri(pipeline_config.cloud)}, root {bucket_uri(pipeline_config.cloud, 'pipeline_root')}, "
+    cloud = pipeline_config.cloud
+    print(f"  image {image_uri(cloud)}, root {bucket_uri(cloud, 'pipeline_root')}, "
           f"data {pipeline_config.data.data_dir}")
     if args.command == "submit":
         print(f"Submitted: {submit(pipeline_config, path)}")
