@@ -111,6 +111,9 @@ class ExportConfig:
     """Serving signatures and model pushing."""
 
     max_decode_length: int = 0  # 0: the Transform's maximum caption length
+    # Beam search ranks hypotheses by log-probability / ((5 + length) / 6) ** alpha
+    # (GNMT). 0 ranks by the plain sum, which favours short, generic captions.
+    beam_length_alpha: float = 0.0
     push_destination: str = ""  # empty: <output_dir>/serving_model
 
 

@@ -74,9 +74,19 @@ def greedy_decode(step: Step, image_context: tf.Tensor, initial_state: State, ma
     return ids, scores
 
 
+def length_penalty(lengths: tf.Tensor, alpha: float) -> tf.Tensor:
+    """GNMT's length penalty ((5 + length) / 6) ** alpha; 1 everywhere when alpha is 0."""
+    return tf.pow((5.0 + tf.cast(lengths, tf.float32)) / 6.0, alpha)
+
+
 def beam_search_decode(step: Step, image_context: tf.Tensor, initial_state: State, max_length: int,
-                       vocabulary_size: int, beam_width: tf.Tensor):
-    """Returns the best beam per image: (ids [batch, max_length - 1], score [batch])."""
+                       vocabulary_size: int, beam_width: tf.Tensor, length_alpha: float = 0.0):
+    """Returns the best beam per image: (ids [batch, max_length - 1], score [batch]).
+
+    Hypotheses are ranked by summed log-probability divided by
+    :func:`length_penalty` of their length (``length_alpha`` 0: not normalised,
+    which favours short captions); the returned score is the plain sum.
+    """
     beam_width = tf.cast(beam_width, tf.int32)
     batch = tf.shape(image_context)[0]
     flat = batch * beam_width
@@ -88,19 +98,28 @@ def beam_search_decode(step: Step, image_context: tf.Tensor, initial_state: Stat
     # Only beam 0 is live at the start, so the first step does not pick one token K times.
     scores = tf.tile(tf.where(tf.range(beam_width) == 0, 0.0, -1e9)[tf.newaxis], [batch, 1])
     finished = tf.zeros([batch, beam_width], tf.bool)
+    lengths = tf.zeros([batch, beam_width], tf.int32)  # emitted ids, <end> included
     forbidden_bias, pad_only = _forbidden_bias(vocabulary_size), _pad_only(vocabulary_size)
     for position in tf.range(max_length - 1):
         # top_k(k=beam_width) loses a static width, so let the beam dimension vary.
         tf.autograph.experimental.set_loop_options(shape_invariants=[
             (ids, tf.TensorShape([None, None, None])), (scores, tf.TensorShape([None, None])),
             (finished, tf.TensorShape([None, None])), (tokens, tf.TensorShape([None])),
+            (lengths, tf.TensorShape([None, None])),
             (state, tuple(tf.TensorShape([None, *tensor.shape[1:]]) for tensor in state))])
         logits, state = step(beam_context, tokens, state)
         log_probs = _allowed_log_probs(tf.reshape(logits, [batch, beam_width, vocabulary_size]),
                                        finished, forbidden_bias, pad_only)
         candidates = tf.reshape(scores[..., tf.newaxis] + log_probs,
                                 [batch, beam_width * vocabulary_size])
-        scores, flat_choice = tf.math.top_k(candidates, k=beam_width)
+        # A finished hypothesis keeps its length; a live one grows by the id it emits.
+        candidate_lengths = tf.reshape(tf.repeat(
+            tf.where(finished, lengths, lengths + 1)[..., tf.newaxis], vocabulary_size, axis=-1),
+            [batch, beam_width * vocabulary_size])
+        _, flat_choice = tf.math.top_k(
+            candidates / length_penalty(candidate_lengths, length_alpha), k=beam_width)
+        scores = tf.gather(candidates, flat_choice, batch_dims=1)
+        lengths = tf.gather(candidate_lengths, flat_choice, batch_dims=1)
         parent = flat_choice // vocabulary_size
         token = flat_choice % vocabulary_size
         one_hot = tf.one_hot(position, max_length - 1, dtype=tf.int32)
@@ -112,7 +131,7 @@ def beam_search_decode(step: Step, image_context: tf.Tensor, initial_state: Stat
         tokens = tf.reshape(token, [flat])
         if tf.reduce_all(finished):
             break
-    best = tf.argmax(scores, axis=-1, output_type=tf.int32)
+    best = tf.argmax(scores / length_penalty(lengths, length_alpha), axis=-1, output_type=tf.int32)
     return tf.gather(ids, best, batch_dims=1), tf.gather(scores, best, batch_dims=1)
 
 

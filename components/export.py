@@ -42,7 +42,7 @@ class CaptionModule(tf.Module):
 
     def __init__(self, decoder: keras.Model, feature_extractor: keras.Model,
                  transform_output: tft.TFTransformOutput, vocabulary, max_length: int,
-                 features: config_lib.FeaturesConfig):
+                 features: config_lib.FeaturesConfig, length_alpha: float = 0.0):
         super().__init__()
         # The image is projected once; each decoding step runs the text decoder on one token.
         self.image_encoder, self.text_decoder = model_lib.split_model(decoder)
@@ -54,6 +54,7 @@ class CaptionModule(tf.Module):
         self._vocabulary_size = len(vocabulary)
         self._max_length = max_length
         self._image_size = features.image_size
+        self._length_alpha = length_alpha
 
     def _project(self, image_features):
         return self.image_encoder(image_features, training=False)
@@ -83,7 +84,7 @@ class CaptionModule(tf.Module):
         projection = self._project(image_features)
         return self._outputs(*decoding.beam_search_decode(
             self._incremental.step, projection, self._incremental.initial_state(projection),
-            self._max_length, self._vocabulary_size, beam_width))
+            self._max_length, self._vocabulary_size, beam_width, self._length_alpha))
 
     def caption_images(self, images):
         return self.caption_features(self.image_features(images))
@@ -130,7 +131,8 @@ def export_saved_model(decoder: keras.Model, transform_output_dir: str,
     vocabulary = list(facts["reserved_tokens"]) + words
     max_length = pipeline_config.export.max_decode_length or facts["max_caption_length"]
     module = CaptionModule(decoder, resnet_features.build_feature_extractor(pipeline_config.features),
-                           transform_output, vocabulary, max_length, pipeline_config.features)
+                           transform_output, vocabulary, max_length, pipeline_config.features,
+                           pipeline_config.export.beam_length_alpha)
     tf.saved_model.save(module, export_dir, signatures=signatures(module))
     return export_dir
 

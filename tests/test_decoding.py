@@ -136,3 +136,17 @@ def test_ids_to_captions_stops_at_end_and_drops_reserved_ids():
     ids = tf.constant([[A, B, END, C, PAD], [C, PAD, PAD, PAD, PAD], [END, A, A, A, A]])
     captions = decoding.ids_to_captions(ids, vocabulary).numpy().tolist()
     assert captions == [b"a b", b"c", b""]
+
+
+def test_length_penalty_prefers_the_longer_caption_only_when_asked():
+    # "<end>" at once: 0.4. "a b <end>": 0.6 * 0.7 * 0.9 = 0.378, slightly less probable in
+    # total but far more per word; with alpha = 1 it wins (0.378 normalised by 8/6 vs 0.4 by 6/6).
+    table = _table({START: {END: 0.4, A: 0.6}, A: {B: 0.7, END: 0.3}, B: {END: 0.9, C: 0.1},
+                    C: {END: 1.0}})
+    plain_ids, plain_score = _decode([table], [0], beam_width=3)
+    assert plain_ids[0][0] == END and plain_score[0] == pytest.approx(math.log(0.4), rel=1e-5)
+    step = _markov_step(np.stack([table]))
+    ids, score = decoding.beam_search_decode(step, tf.constant([0]), (tf.zeros([1], tf.int32),), 6,
+                                             VOCABULARY, 3, length_alpha=1.0)
+    assert list(ids.numpy()[0][:3]) == [A, B, END]
+    assert score.numpy()[0] == pytest.approx(math.log(0.378), rel=1e-5)  # the plain sum

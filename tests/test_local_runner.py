@@ -35,8 +35,9 @@ def test_demo_data_generated_once(tmp_path):
     assert os.path.getmtime(token_path) == first_mtime
 
 
-COMPONENTS = ["Flickr8kExampleGen", "StatisticsGen", "ImportSchemaGen", "ExampleValidator",
-              "ExampleValidationGate", "Transform", "Trainer", "Pusher"]
+COMPONENTS = ["Flickr8kExampleGen", "ImportSchemaGen", "latest_blessed_model_resolver", "StatisticsGen",
+              "ExampleValidator", "ExampleValidationGate", "Transform", "Trainer", "CaptionEvaluator",
+              "Pusher"]
 
 
 def _executions(output_dir):
@@ -54,41 +55,54 @@ def _executions(output_dir):
     return rows
 
 
+def _run(argv, output_dir):
+    """Runs the pipeline; returns {component: state} of the executions this run added."""
+    before = len(_executions(output_dir)) if (output_dir / "metadata").exists() else 0
+    assert local_runner.main(argv) == 0
+    return dict(_executions(output_dir)[before:])
+
+
 @pytest.mark.e2e
-def test_local_pipeline_runs_caches_and_matches_the_standalone_job(tmp_path, capsys, monkeypatch):
+def test_pipeline_caches_resumes_after_a_failure_and_matches_the_standalone_job(
+        tmp_path, capsys, monkeypatch):
+    """20 demo images, 2 epochs: too little to learn, so the model is not blessed."""
+    from ml_metadata.proto import metadata_store_pb2
+
     from components import flickr8k_gen
+    from components.trainer import run_fn
     from pipeline import fingerprints
 
     argv = ["run", f"--output_dir={tmp_path}", "--set", "data.demo_num_images=20",
             "--set", "runtime.direct_num_workers=1", "--set", "trainer.epochs=2",
             "--set", "trainer.per_replica_batch_size=16"]
-    assert local_runner.main(argv) == 0
+    first = _run(argv, tmp_path)
+    assert first == dict.fromkeys(COMPONENTS, "COMPLETE")
     printed = capsys.readouterr().out
     assert "pairs read 100 = accepted 100 + rejected 0" in printed
     assert "Transform graph: " in printed and "vocabulary: " in printed
     assert "Trained model: " in printed and "dev loss" in printed
-    assert "mean caption log-probability greedy" in printed
-    pushed = local_runner.latest_pushed_model(str(tmp_path))
-    assert pushed and os.path.dirname(pushed) == str(tmp_path / "serving_model")
-    assert f"Pushed SavedModel: {pushed}" in printed
-    assert os.path.exists(os.path.join(pushed, "saved_model.pb"))
-    first = _executions(tmp_path)
-    assert [state for _, state in first] == ["COMPLETE"] * len(COMPONENTS)
+    assert "caption metrics (beam search" in printed and "mean caption log-probability greedy" in printed
+    assert "NOT BLESSED: BLEU-4" in printed
+    assert "Pushed SavedModel: none (the model was not blessed)" in printed
+    assert local_runner.latest_pushed_model(str(tmp_path)) is None
+    assert not (tmp_path / "serving_model").exists()
     examples_uri = local_runner.latest_artifact_uri(str(tmp_path), "Examples", "Flickr8kExampleGen")
 
-    # Nothing changed: every component is a cache hit.
-    assert local_runner.main(argv) == 0
-    second = _executions(tmp_path)[len(first):]
-    assert [state for _, state in second] == ["CACHED"] * len(COMPONENTS)
+    # Nothing changed: every component is a cache hit (no model was blessed, so the
+    # evaluator's baseline input is still empty).
+    second = _run(argv, tmp_path)
+    assert {name: state for name, state in second.items()
+            if name != "latest_blessed_model_resolver"} == {
+        name: "CACHED" for name in COMPONENTS if name != "latest_blessed_model_resolver"}
 
-    # Changed preprocessing code: Transform re-runs, everything before it is cached.
+    # Changed preprocessing code: Transform and everything after it re-run, nothing before.
     real_fingerprint = fingerprints.code_fingerprint
     monkeypatch.setattr(fingerprints, "code_fingerprint",
                         lambda modules: "edited-" + real_fingerprint(modules))
-    assert local_runner.main(argv) == 0
-    third = dict(_executions(tmp_path)[2 * len(first):])
-    assert third.pop("Transform") == "COMPLETE" and third.pop("Trainer") == "COMPLETE"
-    assert third.pop("Pusher") == "COMPLETE"
+    third = _run(argv, tmp_path)
+    for name in ("Transform", "Trainer", "CaptionEvaluator", "Pusher"):
+        assert third.pop(name) == "COMPLETE", name
+    third.pop("latest_blessed_model_resolver")
     assert set(third.values()) == {"CACHED"}
     monkeypatch.undo()
 
@@ -99,16 +113,34 @@ def test_local_pipeline_runs_caches_and_matches_the_standalone_job(tmp_path, cap
                               "--runner=DirectRunner"]) == 0
     assert records_digest(str(standalone_dir)) == records_digest(examples_uri)
 
-    # Changed input data re-runs ingestion instead of hitting the cache: the first
-    # caption line duplicated over the second is now rejected as a duplicate.
+    # Changed input data re-runs ingestion: the first caption line duplicated over the
+    # second is now rejected as a duplicate. The Trainer is made to fail on this run.
     token_path = data_dir / "Flickr8k_text" / "Flickr8k.token.txt"
     lines = token_path.read_text(encoding="utf-8").splitlines(keepends=True)
     lines[1] = lines[1].split("\t")[0] + "\t" + lines[0].split("\t")[1]
     token_path.write_text("".join(lines), encoding="utf-8")
+
+    def failing_train(*args, **kwargs):
+        raise RuntimeError("simulated Trainer crash")
+
+    monkeypatch.setattr(run_fn, "train", failing_train)
+    executions_before = len(_executions(tmp_path))
+    with pytest.raises(RuntimeError, match="simulated Trainer crash"):
+        local_runner.main(argv)
+    failed = dict(_executions(tmp_path)[executions_before:])
+    assert failed["Flickr8kExampleGen"] == "COMPLETE" and failed["Trainer"] == "FAILED"
+    assert "CaptionEvaluator" not in failed and "Pusher" not in failed
+    # The failed execution published no model: the LIVE ones are those of runs 1 and 3.
+    models = local_runner.read_metadata_store(str(tmp_path)).get_artifacts_by_type("Model")
+    assert sum(model.state == metadata_store_pb2.Artifact.LIVE for model in models) == 2
+    monkeypatch.undo()
+
+    # The rerun executes the failed Trainer and what follows; everything before is cached.
     capsys.readouterr()
-    assert local_runner.main(argv) == 0
-    fourth = dict(_executions(tmp_path)[3 * len(first):])
-    assert fourth["Flickr8kExampleGen"] == "COMPLETE" and fourth["Transform"] == "COMPLETE"
+    resumed = _run(argv, tmp_path)
+    assert {name: resumed[name] for name in ("Flickr8kExampleGen", "StatisticsGen", "Transform")} == {
+        "Flickr8kExampleGen": "CACHED", "StatisticsGen": "CACHED", "Transform": "CACHED"}
+    assert resumed["Trainer"] == "COMPLETE" and resumed["CaptionEvaluator"] == "COMPLETE"
     assert "pairs read 100 = accepted 99 + rejected 1 {'duplicate_caption': 1}" in capsys.readouterr().out
 
 
