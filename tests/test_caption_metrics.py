@@ -81,3 +81,40 @@ def test_missing_java_is_explained(monkeypatch):
     monkeypatch.setattr(caption_metrics.shutil, "which", lambda name: None)
     with pytest.raises(caption_metrics.JavaMissingError, match="apt-get install default-jre-headless"):
         caption_metrics.check_java()
+
+
+def test_all_metrics_equal_pycocoevalcaps_own_coco_evaluation(monkeypatch):
+    """The reference numbers: pycocoevalcap's COCOEvalCap over pycocotools COCO objects (the way
+    COCO results are computed), SPICE stubbed out since it downloads models."""
+    import contextlib
+    import io
+
+    from pycocoevalcap import eval as coco_eval
+    from pycocotools.coco import COCO
+
+    class NoSpice:
+        def compute_score(self, gts, res):
+            return 0.0, [0.0] * len(gts)
+
+        def method(self):
+            return "SPICE"
+
+    monkeypatch.setattr(coco_eval, "Spice", NoSpice)
+    keys = sorted(REFERENCES)
+    coco = COCO()
+    coco.dataset = {"images": [{"id": number} for number in range(len(keys))],
+                    "annotations": [{"image_id": number, "id": 100 * number + index, "caption": caption}
+                                    for number, key in enumerate(keys)
+                                    for index, caption in enumerate(REFERENCES[key])]}
+    with contextlib.redirect_stdout(io.StringIO()):
+        coco.createIndex()
+        results = coco.loadRes([{"image_id": number, "caption": CANDIDATES[key]}
+                                for number, key in enumerate(keys)])
+        evaluation = coco_eval.COCOEvalCap(coco, results)
+        evaluation.evaluate()
+    reference = evaluation.eval
+    ours = caption_metrics.score_captions(REFERENCES, CANDIDATES)
+    names = {"BLEU-1": "Bleu_1", "BLEU-2": "Bleu_2", "BLEU-3": "Bleu_3", "BLEU-4": "Bleu_4",
+             "METEOR": "METEOR", "ROUGE-L": "ROUGE_L", "CIDEr": "CIDEr"}
+    for name, reference_name in names.items():
+        assert ours[name] == pytest.approx(reference[reference_name], abs=1e-9), name

@@ -144,6 +144,51 @@ def test_pipeline_caches_resumes_after_a_failure_and_matches_the_standalone_job(
     assert "pairs read 100 = accepted 99 + rejected 1 {'duplicate_caption': 1}" in capsys.readouterr().out
 
 
+@pytest.mark.e2e
+def test_demo_pipeline_learns_is_blessed_pushed_and_reported(tmp_path, capsys):
+    """`make pipeline-local` as shipped: the default demo dataset and configuration."""
+    import json
+
+    from components import captioner, evaluator
+
+    argv = ["run", f"--output_dir={tmp_path}"]
+    first = _run(argv, tmp_path)
+    assert first == dict.fromkeys(COMPONENTS, "COMPLETE")
+    printed = capsys.readouterr().out
+    assert "pairs read 1500 = accepted 1500 + rejected 0" in printed
+    evaluation_uri = local_runner.latest_artifact_uri(str(tmp_path), "ModelEvaluation", "CaptionEvaluator")
+    document = json.loads(open(os.path.join(evaluation_uri, evaluator.METRICS_FILE)).read())
+    test_metrics = document["splits"]["test"]["metrics"]
+    model_bleu4 = test_metrics[evaluator.MODEL_ROW]["BLEU-4"]
+    blind_bleu4 = test_metrics[evaluator.ZERO_FEATURES_ROW]["BLEU-4"]
+    assert f"{model_bleu4:9.4f}" in printed  # the table is printed
+    assert model_bleu4 >= 0.6, f"test BLEU-4 {model_bleu4:.4f}"
+    assert model_bleu4 >= 2 * blind_bleu4, (model_bleu4, blind_bleu4)
+    assert model_bleu4 > test_metrics[evaluator.FREQUENT_CAPTION_ROW]["BLEU-4"]
+    assert document["blessed"] and "BLESSED: BLEU-4" in printed
+    report = os.path.join(evaluation_uri, evaluator.REPORT_FILE)
+    assert f"report: {report}" in printed and os.path.getsize(report) > 50_000
+
+    pushed = local_runner.latest_pushed_model(str(tmp_path))
+    assert pushed and os.path.dirname(pushed) == str(tmp_path / "serving_model")
+    assert f"Pushed SavedModel: {pushed}" in printed
+    test_image = sorted((tmp_path / "demo_data" / "seed8_n300" / "Flicker8k_Dataset").iterdir())[0]
+    assert captioner.main(["caption", "--model", str(tmp_path / "serving_model"), str(test_image)]) == 0
+    caption = capsys.readouterr().out.strip().split("\t")[1]
+    assert caption and set(caption.split()) & {"red", "green", "blue", "yellow"}
+
+    # The first rerun re-runs the evaluator (its baseline input is now the blessed model) and
+    # the Pusher, which does not push the same model again; the next rerun is fully cached.
+    second = _run(argv, tmp_path)
+    second.pop("latest_blessed_model_resolver")
+    assert {name: state for name, state in second.items() if state != "CACHED"} == {
+        "CaptionEvaluator": "COMPLETE", "Pusher": "COMPLETE"}
+    assert os.listdir(tmp_path / "serving_model") == [os.path.basename(pushed)]
+    third = _run(argv, tmp_path)
+    third.pop("latest_blessed_model_resolver")
+    assert set(third.values()) == {"CACHED"}
+
+
 def test_code_fingerprint_changes_with_the_source(tmp_path, monkeypatch):
     from pipeline import fingerprints
 
