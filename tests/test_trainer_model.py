@@ -173,3 +173,25 @@ def test_attention_weights_are_distributions_over_the_grid():
     assert weights.shape == (2, 5, 49)
     np.testing.assert_allclose(weights.sum(axis=-1), 1.0, atol=1e-5)
     assert np.all(weights >= 0) and not np.allclose(weights[0, 0], weights[0, 1])
+
+
+def test_loss_under_two_replicas_is_the_single_device_loss():
+    """Keras divides a replica's loss by the replica count only for sum_over_batch_size
+    losses; with reduction="sum" the 2-replica loss came out twice the true value."""
+    keras.utils.set_random_seed(8)
+    rng = np.random.RandomState(8)
+    features, input_ids, targets = _batch(rng, batch=8, vocabulary=50, real_tokens=5)
+    single = model_lib.build_captioning_model(SMALL, 50, embedding_dim=16)
+    model_lib.compile_model(single, SMALL, total_steps=10)
+    inputs = {"image_features": features, "input_ids": input_ids}
+    expected = single.evaluate(inputs, targets, batch_size=8, verbose=0, return_dict=True)["loss"]
+    strategy = tf.distribute.MirroredStrategy(
+        devices=[device.name for device in tf.config.list_logical_devices("CPU")],
+        cross_device_ops=tf.distribute.ReductionToOneDevice())
+    assert strategy.num_replicas_in_sync == 2
+    with strategy.scope():
+        mirrored = model_lib.build_captioning_model(SMALL, 50, embedding_dim=16)
+        model_lib.compile_model(mirrored, SMALL, total_steps=10)
+    mirrored.set_weights(single.get_weights())
+    measured = mirrored.evaluate(inputs, targets, batch_size=8, verbose=0, return_dict=True)["loss"]
+    assert measured == pytest.approx(expected, rel=1e-4)

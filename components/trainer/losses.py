@@ -7,6 +7,13 @@ not cross-entropy and has zero gradient for every output ≤ 0 or ≥ 1. Here th
 loss is computed from logits (log-softmax), padding (target id 0) is excluded
 exactly once, and the sum is divided by the number of real tokens, or by 1 for
 a batch that is all padding, so it is always finite.
+
+Under ``MirroredStrategy`` each replica's loss must also be divided by the
+number of replicas before the gradients are summed. Keras does that only for
+its ``sum_over_batch_size`` reduction, so the loss uses it: the per-token
+values are weighted so that Keras' sum / (batch × time) is the mean over real
+tokens. (With ``reduction="sum"`` Keras skips the scaling: on 2 replicas the
+reported loss was twice the true one and the gradients were summed, not averaged.)
 """
 
 import keras
@@ -20,7 +27,7 @@ class MaskedCaptionLoss(keras.losses.Loss):
     """Mean sparse cross-entropy from logits over non-padding target tokens."""
 
     def __init__(self, name: str = "masked_caption_loss", **kwargs):
-        super().__init__(name=name, reduction="sum", **kwargs)
+        super().__init__(name=name, reduction="sum_over_batch_size", **kwargs)
 
     def call(self, target_ids, logits):
         target_ids = ops.cast(target_ids, "int32")
@@ -28,7 +35,8 @@ class MaskedCaptionLoss(keras.losses.Loss):
         token_losses = keras.losses.sparse_categorical_crossentropy(
             target_ids, logits, from_logits=True)
         mask = ops.cast(ops.not_equal(target_ids, caption_text.PAD_ID), "float32")
-        return ops.sum(token_losses * mask) / ops.maximum(ops.sum(mask), 1.0)
+        elements = ops.cast(ops.size(mask), "float32")
+        return token_losses * mask * (elements / ops.maximum(ops.sum(mask), 1.0))
 
 
 @keras.saving.register_keras_serializable(package="flickr8k_captioning")
