@@ -31,7 +31,6 @@ def output_layer_parameters(vocabulary_size: int, units: int = DECODER_UNITS) ->
 
 def write_real_transform_graph(data_dir: str, threshold: int, output_dir: str) -> str:
     """Runs ``preprocessing_fn``'s analyzers over the real train captions into ``output_dir``."""
-    from tests.test_preprocessing import RAW_METADATA  # the raw feature spec ingestion writes
 
     index = flickr8k.read_flickr8k(data_dir)
     raw = [{"image_id": record.image_id.encode(), "image_features": b"",
@@ -42,11 +41,12 @@ def write_real_transform_graph(data_dir: str, threshold: int, output_dir: str) -
         transform=config_lib.TransformConfig(vocab_frequency_threshold=threshold))
     preprocessing_fn = functools.partial(
         preprocessing.preprocessing_fn, custom_config={"pipeline_config": pipeline_config.to_json()})
+    raw_metadata = preprocessing.raw_metadata()
     with beam.Pipeline() as pipeline, tft_beam.Context(temp_dir=tempfile.mkdtemp()):
-        transform_fn = ((pipeline | beam.Create(raw), RAW_METADATA)
+        transform_fn = ((pipeline | beam.Create(raw), raw_metadata)
                         | tft_beam.AnalyzeDataset(preprocessing_fn))
         _ = transform_fn | tft_beam.WriteTransformFn(output_dir)
-    metadata_io.write_metadata(RAW_METADATA, os.path.join(output_dir, "metadata"))
+    metadata_io.write_metadata(raw_metadata, os.path.join(output_dir, "metadata"))
     return output_dir
 
 

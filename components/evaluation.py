@@ -1,21 +1,26 @@
 """Captions of a whole split from the exported SavedModel, the input of caption metrics.
 
-``decode_split`` reads ingested examples (``image_id``, float16 feature maps,
-raw reference captions), runs the exported ``caption_features`` /
-``caption_features_beam`` signatures in batches and returns one row per image:
-the generated caption, its summed log-probability and the references. It uses
-only the SavedModel, as a serving client would.
+``split_records`` reads ingested examples (``image_id``, float16 feature maps,
+raw reference captions); ``decode_records`` runs the exported
+``caption_features`` / ``caption_features_beam`` signatures on them in batches
+and returns one row per image: the generated caption, its summed
+log-probability and the references; ``decode_image_blind`` gives every image
+the caption of an all-zero feature map. They use only the SavedModel, as a
+serving client would.
 """
 
 import dataclasses
 import glob
 import os
-from typing import List
+from typing import Iterator, List, Sequence, Tuple
 
 import numpy as np
 import tensorflow as tf
 
 from components import resnet_features
+
+# (image id, float16 [49, 2048] feature map, reference captions)
+Record = Tuple[str, np.ndarray, List[str]]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -27,7 +32,7 @@ class DecodedImage:
     tokens: List[int]  # the generated ids, 0-padded after <end>
 
 
-def split_records(examples_dir: str, split: str):
+def split_records(examples_dir: str, split: str) -> Iterator[Record]:
     paths = sorted(glob.glob(os.path.join(examples_dir, f"Split-{split}", "*")))
     if not paths:
         raise FileNotFoundError(f"No examples of split {split!r} under {examples_dir}.")
@@ -41,29 +46,40 @@ def split_records(examples_dir: str, split: str):
                    [caption.decode("utf-8") for caption in feature["captions"].bytes_list.value])
 
 
-def decode_split(saved_model, examples_dir: str, split: str, beam_width: int = 0,
-                 batch_size: int = 32, zero_features: bool = False) -> List[DecodedImage]:
-    """Greedy (``beam_width`` 0) or beam-search captions of every image of a split.
+def _decode_features(saved_model, features: np.ndarray, beam_width: int):
+    """(captions, scores, tokens) of a float32 ``[batch, 49, 2048]`` batch."""
+    if beam_width:
+        outputs = saved_model.signatures["caption_features_beam"](
+            image_features=tf.constant(features), beam_width=tf.constant(beam_width, tf.int32))
+    else:
+        outputs = saved_model.signatures["caption_features"](image_features=tf.constant(features))
+    return outputs["caption"].numpy(), outputs["score"].numpy(), outputs["tokens"].numpy()
 
-    ``zero_features`` feeds all-zero feature maps instead: the image-blind baseline.
-    """
-    records = list(split_records(examples_dir, split))
+
+def decode_records(saved_model, records: Sequence[Record], beam_width: int = 0,
+                   batch_size: int = 32) -> List[DecodedImage]:
+    """Greedy (``beam_width`` 0) or beam-search captions of every record, in order."""
     rows = []
     for start in range(0, len(records), batch_size):
         batch = records[start:start + batch_size]
         features = np.stack([features for _, features, _ in batch]).astype(np.float32)
-        features = tf.constant(np.zeros_like(features) if zero_features else features)
-        if beam_width:
-            outputs = saved_model.signatures["caption_features_beam"](
-                image_features=features, beam_width=tf.constant(beam_width, tf.int32))
-        else:
-            outputs = saved_model.signatures["caption_features"](image_features=features)
         for (image_id, _, references), caption, score, tokens in zip(
-                batch, outputs["caption"].numpy(), outputs["score"].numpy(),
-                outputs["tokens"].numpy(), strict=True):
+                batch, *_decode_features(saved_model, features, beam_width), strict=True):
             rows.append(DecodedImage(image_id, caption.decode("utf-8"), float(score), references,
                                      [int(token) for token in tokens]))
     return rows
+
+
+def decode_image_blind(saved_model, records: Sequence[Record], beam_width: int = 0
+                       ) -> List[DecodedImage]:
+    """The zero-feature baseline: one all-zero feature map decoded once, its caption given to
+    every record (the model cannot tell the images apart without their features)."""
+    zeros = np.zeros((1, resnet_features.FEATURE_POSITIONS, resnet_features.FEATURE_DEPTH),
+                     np.float32)
+    (caption,), (score,), (tokens,) = _decode_features(saved_model, zeros, beam_width)
+    return [DecodedImage(image_id, caption.decode("utf-8"), float(score), references,
+                         [int(token) for token in tokens])
+            for image_id, _, references in records]
 
 
 def mean_log_probability(rows: List[DecodedImage]) -> float:

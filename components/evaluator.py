@@ -62,19 +62,20 @@ def evaluate_model(saved_model, examples_dir: str, settings: config_lib.Evaluati
     frequent = most_frequent_caption(examples_dir)
     splits = {}
     for split in settings.splits:
-        beam = evaluation.decode_split(saved_model, examples_dir, split, settings.beam_width)
-        greedy = evaluation.decode_split(saved_model, examples_dir, split, 0)
-        blind = evaluation.decode_split(saved_model, examples_dir, split, settings.beam_width,
-                                        zero_features=True)
+        records = list(evaluation.split_records(examples_dir, split))
+        beam = evaluation.decode_records(saved_model, records, settings.beam_width)
+        greedy = evaluation.decode_records(saved_model, records, 0)
+        blind = evaluation.decode_image_blind(saved_model, records, settings.beam_width)
         candidate_sets = {
             MODEL_ROW: {row.image_id: row.caption for row in beam},
             ZERO_FEATURES_ROW: {row.image_id: row.caption for row in blind},
             FREQUENT_CAPTION_ROW: {row.image_id: frequent for row in beam},
         }
         if baseline_saved_model is not None and split == settings.bless_split:
-            baseline_rows = evaluation.decode_split(baseline_saved_model, examples_dir, split,
-                                                    settings.beam_width)
+            baseline_rows = evaluation.decode_records(baseline_saved_model, records,
+                                                      settings.beam_width)
             candidate_sets[BASELINE_MODEL_ROW] = {row.image_id: row.caption for row in baseline_rows}
+        del records  # the split's feature maps; only captions are kept
         metrics = caption_metrics.score_many({row.image_id: row.references for row in beam},
                                              candidate_sets, settings.with_meteor)
         splits[split] = {

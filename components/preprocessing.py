@@ -51,6 +51,24 @@ IMAGE_ID = "image_id"
 IMAGE_FEATURES = "image_features"
 CAPTIONS = "captions"
 CAPTION_IDS = "caption_ids"
+CAPTION_INDICES = "caption_indices"
+
+# The ingested features (``schemas/schema.pbtxt``) as in-memory rows carry them: one
+# value per image for the id and the feature bytes, lists for the captions.
+RAW_FEATURE_SPEC = {
+    IMAGE_ID: tf.io.FixedLenFeature([], tf.string),
+    IMAGE_FEATURES: tf.io.FixedLenFeature([], tf.string),
+    CAPTIONS: tf.io.VarLenFeature(tf.string),
+    CAPTION_INDICES: tf.io.VarLenFeature(tf.int64),
+}
+
+
+def raw_metadata():
+    """``DatasetMetadata`` of :data:`RAW_FEATURE_SPEC`, for running ``preprocessing_fn`` on
+    in-memory rows with tf.Transform's Beam API (tests, benchmarks, notebooks)."""
+    from tensorflow_transform.tf_metadata import dataset_metadata, schema_utils
+
+    return dataset_metadata.DatasetMetadata(schema_utils.schema_from_feature_spec(RAW_FEATURE_SPEC))
 
 
 def preprocessing_fn(inputs: Dict[str, tf.Tensor], custom_config: Optional[dict] = None

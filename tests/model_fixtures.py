@@ -23,7 +23,6 @@ from tensorflow_transform.tf_metadata import metadata_io
 from components import config as config_lib
 from components import demo_data, ingestion, preprocessing
 from components.trainer import run_fn
-from tests.test_preprocessing import RAW_METADATA
 
 SMALL_TRAINER = dict(per_replica_batch_size=8, image_dense_units=(64, 32), lstm_units=32,
                      second_lstm_units=32, attention_key_dim=16, warmup_steps=5, learning_rate=3e-3)
@@ -34,16 +33,17 @@ def transform_splits(root: str, rows_by_split: dict, pipeline_config: config_lib
     preprocessing_fn = functools.partial(
         preprocessing.preprocessing_fn, custom_config={"pipeline_config": pipeline_config.to_json()})
     graph_dir = os.path.join(root, "transform_graph")
+    raw_metadata = preprocessing.raw_metadata()
     os.makedirs(root, exist_ok=True)
     with beam.Pipeline() as pipeline, tft_beam.Context(temp_dir=tempfile.mkdtemp(dir=root)):
         (transformed_train, metadata), transform_fn = (
-            (pipeline | "CreateTrain" >> beam.Create(rows_by_split["train"]), RAW_METADATA)
+            (pipeline | "CreateTrain" >> beam.Create(rows_by_split["train"]), raw_metadata)
             | tft_beam.AnalyzeAndTransformDataset(preprocessing_fn, output_record_batches=False))
         transformed = {"train": transformed_train}
         for split, rows in rows_by_split.items():
             if split != "train":
                 transformed[split], _ = (
-                    ((pipeline | f"Create{split}" >> beam.Create(rows), RAW_METADATA), transform_fn)
+                    ((pipeline | f"Create{split}" >> beam.Create(rows), raw_metadata), transform_fn)
                     | f"Transform{split}" >> tft_beam.TransformDataset())
         _ = transform_fn | transform_fn_io.WriteTransformFn(graph_dir)
         coder = tft.coders.ExampleProtoCoder(metadata.schema)
@@ -52,12 +52,12 @@ def transform_splits(root: str, rows_by_split: dict, pipeline_config: config_lib
                  | f"Write{split}" >> beam.io.WriteToTFRecord(
                      os.path.join(root, f"Split-{split}", "part"), file_name_suffix=".gz"))
     # As TFX's Transform does: the raw schema beside the graph (serving parses raw examples).
-    metadata_io.write_metadata(RAW_METADATA, os.path.join(graph_dir, "metadata"))
+    metadata_io.write_metadata(raw_metadata, os.path.join(graph_dir, "metadata"))
     return root
 
 
 def read_raw_rows(examples_dir: str, split: str) -> list:
-    """Ingested ``tf.Example`` records of a split as the dicts RAW_METADATA describes."""
+    """Ingested ``tf.Example`` records of a split as ``preprocessing.RAW_FEATURE_SPEC`` dicts."""
     rows = []
     for path in sorted(glob.glob(os.path.join(examples_dir, f"Split-{split}", "*"))):
         compression = "GZIP" if path.endswith(".gz") else ""
@@ -66,7 +66,7 @@ def read_raw_rows(examples_dir: str, split: str) -> list:
             rows.append({name: (list(feature[name].bytes_list.value or feature[name].int64_list.value)
                                 if name in ("captions", "caption_indices")
                                 else feature[name].bytes_list.value[0])
-                         for name in ("image_id", "image_features", "captions", "caption_indices")})
+                         for name in preprocessing.RAW_FEATURE_SPEC})
     return rows
 
 

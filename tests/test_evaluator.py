@@ -84,6 +84,33 @@ def test_metrics_document_has_every_split_row_and_metric(evaluated, trained_demo
         document["splits"], trained_demo_model["config"].evaluation)
 
 
+@pytest.mark.slow
+def test_image_blind_baseline_is_the_model_on_zero_feature_maps(evaluated, trained_demo_model):
+    """One zero map decoded once stands for every image: the same as decoding zeros per image."""
+    import numpy as np
+    import tensorflow as tf
+
+    from components import evaluation
+
+    document, _ = evaluated
+    saved_model = tf.saved_model.load(trained_demo_model["serving_model"])
+    records = list(evaluation.split_records(trained_demo_model["examples"], "test"))
+    zeroed = [(image_id, np.zeros_like(features), references)
+              for image_id, features, references in records]
+    for beam_width in (0, 3):
+        per_image = evaluation.decode_records(saved_model, zeroed, beam_width)
+        blind = evaluation.decode_image_blind(saved_model, records, beam_width)
+        assert [(row.image_id, row.caption, row.tokens, row.references) for row in blind] == [
+            (row.image_id, row.caption, row.tokens, row.references) for row in per_image]
+        np.testing.assert_allclose([row.log_probability for row in blind],
+                                   [row.log_probability for row in per_image], rtol=1e-4)
+    assert (document["splits"]["test"]["image_blind_captions"]["zero_features"]
+            == evaluation.decode_records(saved_model, zeroed[:1], 3)[0].caption)
+    model_rows = evaluation.decode_records(saved_model, records, 3)
+    assert [row["caption"] for row in document["splits"]["test"]["captions"]] == [
+        row.caption for row in model_rows]
+
+
 def _artifacts(root, blessed_document):
     model = standard_artifacts.Model()
     model.id, model.uri = 7, str(root / "model")

@@ -18,7 +18,7 @@ import tensorflow_transform.beam as tft_beam
 
 from components import caption_text, glove, preprocessing
 from components import config as config_lib
-from tests.test_preprocessing import RAW_METADATA, TRAIN
+from tests.test_preprocessing import TRAIN
 
 GLOVE_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "shared", "data", "glove")
 SAMPLE = os.path.join(GLOVE_DIR, "glove.6B.300d.sample.txt")
@@ -119,7 +119,7 @@ def test_transform_output_holds_vocabulary_matrix_and_facts(tmp_path):
     output_dir = str(tmp_path / "transform_output")
     with beam.Pipeline() as pipeline, tft_beam.Context(temp_dir=tempfile.mkdtemp(dir=str(tmp_path))):
         transform_fn = (
-            (pipeline | beam.Create(TRAIN), RAW_METADATA)
+            (pipeline | beam.Create(TRAIN), preprocessing.raw_metadata())
             | tft_beam.AnalyzeDataset(preprocessing_fn))
         _ = transform_fn | tft_beam.WriteTransformFn(output_dir)
     words, matrix, facts = preprocessing.read_transform_assets(tft.TFTransformOutput(output_dir))

@@ -164,16 +164,16 @@ def test_demo_pipeline_learns_is_blessed_pushed_and_reported(tmp_path, capsys):
     bleu4 = {split: {row: values["BLEU-4"] for row, values in result["metrics"].items()}
              for split, result in document["splits"].items()}
     assert f"{bleu4['test'][evaluator.MODEL_ROW]:9.4f}" in printed  # the table is printed
-    # Measured on 4 runs (30 images per split; training on CPU is not bit-reproducible):
-    # model dev 0.48-0.70, test 0.47-0.73; zero-feature baseline 0.19-0.33. Issue 7's target
-    # (test >= 0.6 and 2x the baseline) is reached on some runs only, so this holds the model
-    # to the floor every run met: BLEU-4 >= 0.4, 1.5x the zero-feature baseline, above the
-    # most frequent caption, on both splits.
-    for split in ("dev", "test"):
+    # Issue 7's target: test BLEU-4 >= 0.6 and at least twice the image-blind baselines.
+    # Measured with standardised features (30 images per split): model dev 0.93, test 0.85-0.88;
+    # zero-feature baseline 0.32-0.39, most frequent caption 0.28-0.32. The test split is only
+    # reported; on dev (which blesses) the zero-feature ratio is held to 1.5x.
+    for split, zero_feature_ratio in (("dev", 1.5), ("test", 2.0)):
         model_bleu4 = bleu4[split][evaluator.MODEL_ROW]
-        assert model_bleu4 >= 0.4, (split, bleu4[split])
-        assert model_bleu4 >= 1.5 * bleu4[split][evaluator.ZERO_FEATURES_ROW], (split, bleu4[split])
-        assert model_bleu4 > bleu4[split][evaluator.FREQUENT_CAPTION_ROW], (split, bleu4[split])
+        assert model_bleu4 >= 0.6, (split, bleu4[split])
+        assert model_bleu4 >= 2.0 * bleu4[split][evaluator.FREQUENT_CAPTION_ROW], (split, bleu4[split])
+        assert model_bleu4 >= zero_feature_ratio * bleu4[split][evaluator.ZERO_FEATURES_ROW], (
+            split, bleu4[split])
     assert document["blessed"] and "BLESSED: BLEU-4" in printed
     report = os.path.join(evaluation_uri, evaluator.REPORT_FILE)
     assert f"report: {report}" in printed and os.path.getsize(report) > 50_000

@@ -5,19 +5,13 @@ import functools
 
 import tensorflow as tf
 from tensorflow_transform.beam import tft_unit
-from tensorflow_transform.tf_metadata import dataset_metadata, schema_utils
 
 from components import caption_text, preprocessing
 from components import config as config_lib
 
 FEATURES = b"\x00\x3c" * 4  # any bytes: passed through untouched
 
-RAW_METADATA = dataset_metadata.DatasetMetadata(schema_utils.schema_from_feature_spec({
-    "image_id": tf.io.FixedLenFeature([], tf.string),
-    "image_features": tf.io.FixedLenFeature([], tf.string),
-    "captions": tf.io.VarLenFeature(tf.string),
-    "caption_indices": tf.io.VarLenFeature(tf.int64),
-}))
+RAW_METADATA = preprocessing.raw_metadata()
 
 TRAIN = [
     {"image_id": b"a.jpg", "image_features": FEATURES, "captions": [b"A DOG runs.", b'The  "dog" sleeps !'],
@@ -96,3 +90,21 @@ def test_normalisation_rule_matches_python_twin():
     assert normalised == [caption_text.normalize_python(caption) for caption in captions]
     assert normalised[0] == "a man in a sooners 28 shirt"
     assert caption_text.tokenize(tf.constant(["  "])).row_lengths().numpy().tolist() == [0]
+
+
+def test_raw_feature_spec_has_the_features_and_types_of_the_curated_schema():
+    """The in-memory spec the tests and benchmarks run preprocessing_fn on is the schema's."""
+    import os
+
+    from tensorflow_metadata.proto.v0 import schema_pb2
+    from tensorflow_transform.tf_metadata import schema_utils
+    from tfx.utils import io_utils
+
+    schema_path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                               "schemas", "schema.pbtxt")
+    schema = io_utils.parse_pbtxt_file(schema_path, schema_pb2.Schema())
+    from_schema = schema_utils.schema_as_feature_spec(schema).feature_spec
+    assert set(from_schema) == set(preprocessing.RAW_FEATURE_SPEC)
+    for name, spec in preprocessing.RAW_FEATURE_SPEC.items():
+        assert from_schema[name].dtype == spec.dtype, name
+        assert type(from_schema[name]) is type(spec), name

@@ -195,3 +195,67 @@ def test_loss_under_two_replicas_is_the_single_device_loss():
     mirrored.set_weights(single.get_weights())
     measured = mirrored.evaluate(inputs, targets, batch_size=8, verbose=0, return_dict=True)["loss"]
     assert measured == pytest.approx(expected, rel=1e-4)
+
+
+def test_image_encoder_standardises_each_channel_with_the_given_statistics():
+    """Shifting and scaling every channel, with statistics shifted and scaled alike, leaves the
+    encoder output unchanged: the layer standardises per channel, before the Dense layers."""
+    rng = np.random.RandomState(4)
+    features = rng.normal(size=(2, 49, 2048)).astype(np.float32)
+    mean = rng.normal(size=2048).astype(np.float32)
+    variance = rng.uniform(0.5, 2.0, size=2048).astype(np.float32)
+    scale = rng.uniform(0.1, 10.0, size=2048).astype(np.float32)
+    offset = rng.normal(0, 30.0, size=2048).astype(np.float32)
+    keras.utils.set_random_seed(5)
+    plain = model_lib.build_captioning_model(SMALL, 50, embedding_dim=8,
+                                             feature_statistics=(mean, variance))
+    keras.utils.set_random_seed(5)
+    shifted = model_lib.build_captioning_model(
+        SMALL, 50, embedding_dim=8, feature_statistics=(mean * scale + offset, variance * scale ** 2))
+    encode_plain, _ = model_lib.split_model(plain)
+    encode_shifted, _ = model_lib.split_model(shifted)
+    np.testing.assert_allclose(encode_shifted(features * scale + offset).numpy(),
+                               encode_plain(features).numpy(), rtol=1e-3, atol=1e-3)
+    # Not the identity: the same features through an unstandardised encoder differ.
+    keras.utils.set_random_seed(5)
+    encode_raw, _ = model_lib.split_model(model_lib.build_captioning_model(SMALL, 50, embedding_dim=8))
+    assert not np.allclose(encode_raw(features).numpy(), encode_plain(features).numpy(), atol=1e-2)
+    with pytest.raises(ValueError, match="positive variances"):
+        model_lib.build_captioning_model(SMALL, 50, embedding_dim=8,
+                                         feature_statistics=(mean, np.zeros(2048, np.float32)))
+
+
+def test_feature_statistics_cover_every_image_once_and_floor_dead_channels(tmp_path):
+    from components import preprocessing
+    from components.trainer import inputs
+
+    rng = np.random.RandomState(6)
+    max_caption_length = 5
+    images = rng.gamma(2.0, 1.5, size=(7, 49, 2048)).astype(np.float16)
+    images[:, :, 9] = 0.0  # a ReLU channel that never fires in training
+    path = tmp_path / "transformed.tfrecord"
+    with tf.io.TFRecordWriter(str(path)) as writer:
+        for number, image in enumerate(images):
+            captions = number + 1  # 1..7 captions: statistics must not weight images by them
+            writer.write(tf.train.Example(features=tf.train.Features(feature={
+                preprocessing.IMAGE_FEATURES: tf.train.Feature(
+                    bytes_list=tf.train.BytesList(value=[image.astype("<f2").tobytes()])),
+                preprocessing.CAPTION_IDS: tf.train.Feature(int64_list=tf.train.Int64List(
+                    value=[1, 5, 6, 2, 0] * captions)),
+            })).SerializeToString())
+    mean, variance = inputs.feature_statistics([str(path)], max_caption_length, batch_size=3)
+    flat = images.astype(np.float64).reshape(-1, 2048)
+    expected_variance = flat.var(axis=0)
+    floor = inputs.VARIANCE_FLOOR_FRACTION * expected_variance.mean()
+    live = np.arange(2048) != 9
+    np.testing.assert_allclose(mean, flat.mean(axis=0), rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(variance[live], np.maximum(expected_variance, floor)[live], rtol=1e-3)
+    assert variance[9] == pytest.approx(floor, rel=1e-3)
+    # A value in the dead channel at serving time is scaled by 1 / sqrt(floor), not 1 / epsilon.
+    encoder, _ = model_lib.split_model(model_lib.build_captioning_model(
+        SMALL, 50, embedding_dim=8, feature_statistics=(mean, variance)))
+    standardise = encoder.get_layer(model_lib.FEATURE_STANDARDIZATION)
+    novel = images[:1].astype(np.float32)
+    novel[:, :, 9] = 5.0
+    assert float(np.abs(standardise(novel).numpy()[..., 9]).max()) == pytest.approx(
+        5.0 / np.sqrt(floor), rel=1e-3)

@@ -17,6 +17,7 @@ import tensorflow as tf
 from components import config as config_lib
 from components import demo_data
 from components.trainer import inputs, run_fn
+from components.trainer import model as model_lib
 from tests import model_fixtures
 
 pytestmark = pytest.mark.slow
@@ -73,6 +74,14 @@ def test_two_replicas_train_learn_and_write_the_model(transformed, tmp_path):
     assert model.output_shape[-1] == facts["vocabulary_size"]
     assert (tmp_path / "serving" / "saved_model.pb").exists()
     assert glob.glob(str(tmp_path / "run" / "tensorboard" / "train" / "*"))
+    # The model standardises features with the train split's statistics, and keeps them.
+    train_features = np.stack([np.frombuffer(row["image_features"], "<f2").reshape(49, 2048)
+                               for row in _raw_examples(48, 0)]).astype(np.float64).reshape(-1, 2048)
+    standardise = model_lib.split_model(model)[0].get_layer(model_lib.FEATURE_STANDARDIZATION)
+    np.testing.assert_allclose(np.ravel(standardise.get_config()["mean"]), train_features.mean(axis=0),
+                               rtol=1e-3, atol=1e-4)
+    np.testing.assert_allclose(np.ravel(standardise.get_config()["variance"]),
+                               train_features.var(axis=0), rtol=1e-2)
 
 
 def test_nan_loss_stops_training_and_writes_no_model(transformed, tmp_path):

@@ -14,8 +14,10 @@ never has to split a batch unevenly over its replicas (an odd eval batch of 5
 captions over 2 replicas failed in Keras' first symbolic step).
 """
 
-from typing import List
+from typing import List, Tuple
 
+import keras
+import numpy as np
 import tensorflow as tf
 
 from components import preprocessing, resnet_features
@@ -43,6 +45,34 @@ def parse_image_example(serialized: tf.Tensor, max_caption_length: int):
     caption_ids = tf.reshape(tf.cast(tf.sparse.to_dense(parsed[preprocessing.CAPTION_IDS]), tf.int32),
                              [-1, max_caption_length])
     return image_features, caption_ids
+
+
+# Channels (nearly) constant over the train split get their variance raised to this
+# fraction of the mean variance: a ReLU channel that was always 0 in training and is
+# non-zero on a new image is then scaled by ~10 / RMS std, not by 1 / epsilon.
+VARIANCE_FLOOR_FRACTION = 1e-2
+
+
+def feature_statistics(file_patterns: List[str], max_caption_length: int,
+                       batch_size: int = 64) -> Tuple[np.ndarray, np.ndarray]:
+    """Per-channel ``(mean, variance)`` of the image features over every position of every
+    image (each image once, not once per caption), variances floored; float32 ``[2048]`` each."""
+    files = _files(file_patterns)
+    compression = "GZIP" if all(path.endswith(".gz") for path in files) else ""
+    image_features = (
+        tf.data.TFRecordDataset(files, compression_type=compression,
+                                num_parallel_reads=tf.data.AUTOTUNE)
+        .map(lambda serialized: tf.cast(parse_image_example(serialized, max_caption_length)[0],
+                                        tf.float32), num_parallel_calls=tf.data.AUTOTUNE)
+        .batch(batch_size))
+    normalization = keras.layers.Normalization(axis=-1)
+    normalization.adapt(image_features)
+    mean = np.asarray(keras.ops.convert_to_numpy(normalization.adapt_mean), np.float32)
+    variance = np.asarray(keras.ops.convert_to_numpy(normalization.adapt_variance), np.float64)
+    if not (np.all(np.isfinite(mean)) and np.all(np.isfinite(variance))):
+        raise ValueError(f"Non-finite image features in {file_patterns}: cannot standardise them.")
+    floor = max(VARIANCE_FLOOR_FRACTION * float(variance.mean()), 1e-6)
+    return mean, np.maximum(variance, floor).astype(np.float32)
 
 
 def _caption_pairs(image_features: tf.Tensor, caption_ids: tf.Tensor) -> tf.data.Dataset:

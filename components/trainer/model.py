@@ -3,7 +3,8 @@
 The architecture family of the original report (``../shared/seed/``), fixed
 where it was wrong:
 
-    image_encoder:  image_features [49, 2048] → Dense(1024, relu) → Dense(512, relu)
+    image_encoder:  image_features [49, 2048] → per-channel standardisation
+      → Dense(1024, relu) → Dense(512, relu)
     text_decoder:   caption ids → Embedding (GloVe matrix; frozen unless fine-tuning; mask_zero)
       → LSTM(512, return_sequences)
       → MultiHeadAttention(query = text, key/value = image) → Add → LayerNorm → Dropout
@@ -15,12 +16,17 @@ where it was wrong:
   the LSTMs and the attention consume; the output carries no Keras mask, so
   the loss masks padding exactly once, from the targets.
 * The vocabulary is the Transform's (thousands of words), not all of GloVe.
+* ResNet feature maps are standardised per channel with the train split's
+  statistics (``inputs.feature_statistics``), stored in the model: the image
+  content is a small variation on a large common activation (demo features:
+  mean 2.8, across-image std 0.37), and without it the Dense layers learn
+  little from it (demo dev loss 0.30 after 40 epochs, against 0.21 after 11).
 
 Use :func:`build_captioning_model` directly to build the model without running
 the pipeline (README "Trainer").
 """
 
-from typing import Optional
+from typing import Optional, Tuple
 
 import keras
 import numpy as np
@@ -32,6 +38,7 @@ IMAGE_FEATURES = "image_features"
 INPUT_IDS = "input_ids"
 IMAGE_PROJECTION = "image_projection"
 IMAGE_ENCODER = "image_encoder"
+FEATURE_STANDARDIZATION = "feature_standardization"
 TEXT_DECODER = "text_decoder"
 
 
@@ -53,6 +60,7 @@ def build_captioning_model(
     embedding_matrix: Optional[np.ndarray] = None,
     embedding_dim: int = 300,
     fine_tune_embedding: Optional[bool] = None,
+    feature_statistics: Optional[Tuple[np.ndarray, np.ndarray]] = None,
 ) -> keras.Model:
     """The decoder as a functional Keras model: inputs ``image_features``
     ``[batch, 49, 2048]`` and ``input_ids`` ``[batch, time]``; output logits
@@ -66,6 +74,9 @@ def build_captioning_model(
       embedding_dim: used only without a matrix.
       fine_tune_embedding: overrides ``trainer.fine_tune_embedding`` (the Trainer
         fine-tunes when Transform had no GloVe file).
+      feature_statistics: per-channel ``(mean, variance)`` of the image features,
+        each ``[2048]`` (``inputs.feature_statistics``); None standardises with
+        mean 0 and variance 1, i.e. not at all.
 
     The model is two nested models, ``image_encoder`` (the Dense projection of
     the feature map) and ``text_decoder`` (the rest); :func:`split_model`
@@ -81,7 +92,7 @@ def build_captioning_model(
     image_features = keras.Input((resnet_features.FEATURE_POSITIONS, resnet_features.FEATURE_DEPTH),
                                  name=IMAGE_FEATURES)
     input_ids = keras.Input((None,), dtype="int32", name=INPUT_IDS)
-    image_encoder = _build_image_encoder(trainer, policy)
+    image_encoder = _build_image_encoder(trainer, policy, feature_statistics)
     text_decoder = _build_text_decoder(trainer, vocabulary_size, embedding_matrix, dim, trainable,
                                        policy)
     logits = text_decoder({IMAGE_PROJECTION: image_encoder(image_features), INPUT_IDS: input_ids})
@@ -89,10 +100,21 @@ def build_captioning_model(
                        name="caption_model")
 
 
-def _build_image_encoder(trainer: config_lib.TrainerConfig, policy: str) -> keras.Model:
+def _build_image_encoder(trainer: config_lib.TrainerConfig, policy: str,
+                         feature_statistics: Optional[Tuple[np.ndarray, np.ndarray]]) -> keras.Model:
     image_features = keras.Input((resnet_features.FEATURE_POSITIONS, resnet_features.FEATURE_DEPTH),
                                  name=IMAGE_FEATURES)
-    image = image_features
+    if feature_statistics is None:
+        feature_statistics = (np.zeros(resnet_features.FEATURE_DEPTH, np.float32),
+                              np.ones(resnet_features.FEATURE_DEPTH, np.float32))
+    mean, variance = (np.asarray(values, np.float32) for values in feature_statistics)
+    if mean.shape != (resnet_features.FEATURE_DEPTH,) or variance.shape != mean.shape:
+        raise ValueError(f"feature_statistics must be two [{resnet_features.FEATURE_DEPTH}] vectors, "
+                         f"got {mean.shape} and {variance.shape}.")
+    if not (np.all(np.isfinite(mean)) and np.all(np.isfinite(variance)) and np.all(variance > 0)):
+        raise ValueError("feature_statistics must be finite with positive variances.")
+    image = keras.layers.Normalization(axis=-1, mean=mean, variance=variance,
+                                       name=FEATURE_STANDARDIZATION)(image_features)
     for index, units in enumerate(trainer.image_dense_units):
         image = keras.layers.Dense(units, activation="relu", dtype=policy,
                                    name=f"image_dense_{index}")(image)

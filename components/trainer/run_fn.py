@@ -94,10 +94,14 @@ def train(pipeline_config: config_lib.PipelineConfig, train_files: List[str], ev
     eval_dataset = inputs.make_dataset(eval_files, max_caption_length, global_batch, shuffle=False,
                                        cache=trainer.cache_dataset)
     steps_per_epoch = max(1, math.ceil(facts["train_captions"] / global_batch))
+    feature_mean, feature_variance = inputs.feature_statistics(train_files, max_caption_length)
+    logging.info("Image features standardised per channel: mean %.3f, std %.3f on average over "
+                 "the channels.", feature_mean.mean(), np.sqrt(feature_variance).mean())
     with strategy.scope():
         keras.utils.set_random_seed(trainer.seed)
-        model = model_lib.build_captioning_model(trainer, matrix.shape[0], matrix,
-                                                 fine_tune_embedding=fine_tune)
+        model = model_lib.build_captioning_model(
+            trainer, matrix.shape[0], matrix, fine_tune_embedding=fine_tune,
+            feature_statistics=(feature_mean, feature_variance))
         model_lib.compile_model(model, trainer, total_steps=steps_per_epoch * trainer.epochs)
 
     callbacks = [
