@@ -19,6 +19,6 @@ COPY schemas schemas
 RUN grep -E '^(pycocoevalcap|pycocotools|tensorflow-datasets)==' constraints.txt > /tmp/extra.txt \
     && pip install --no-cache-dir -r /tmp/extra.txt \
     && pip install --no-cache-dir --no-deps -e . \
-    && python -c "import components.evaluator, pipeline.pipeline"
+    && python -c "import components.evaluation.evaluator, pipeline.pipeline"
 
 ENV PYTHONPATH=/pipeline

@@ -23,9 +23,12 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_transform as tft
 
-from components import caption_text, demo_data, export, preprocessing
+from components import caption_text
 from components import config as config_lib
+from components.ingestion import demo_data
+from components.trainer import export
 from components.trainer import model as model_lib
+from components.transform import preprocessing
 
 SINGLE_IMAGE_CALLS = 30
 BATCH = 32

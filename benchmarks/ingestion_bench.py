@@ -21,7 +21,8 @@ import apache_beam as beam
 import numpy as np
 
 from components import config as config_lib
-from components import demo_data, image_decoding, ingestion, resnet_features
+from components import resnet_features
+from components.ingestion import beam_job, demo_data, image_decoding
 
 
 def _timed(function):
@@ -59,7 +60,7 @@ def bench_ingestion(num_images: int = 320, naive_images: int = 48) -> dict:
         pipeline = beam.Pipeline(runner="DirectRunner",
                                  options=beam.options.pipeline_options.PipelineOptions(**options))
         start = time.perf_counter()
-        summary = ingestion.run_ingestion(pipeline, pipeline_config, output_dir)
+        summary = beam_job.run_ingestion(pipeline, pipeline_config, output_dir)
         beam_s = time.perf_counter() - start
         assert summary["pairs_rejected"] == 0
         beam_rates[mode] = num_images / beam_s

@@ -19,7 +19,8 @@ import tensorflow_transform.beam as tft_beam
 from tensorflow_transform.tf_metadata import metadata_io
 
 from components import config as config_lib
-from components import flickr8k, preprocessing
+from components.ingestion import flickr8k
+from components.transform import preprocessing
 
 ORIGINAL_VOCABULARY = 400_004
 DECODER_UNITS = 256

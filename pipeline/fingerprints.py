@@ -1,7 +1,7 @@
 """Digests that make TFX's cache see what it cannot see by itself: the user code.
 
 TFX keys a cached execution on its inputs and exec properties. A Transform or
-Trainer configured by a module path (``components.preprocessing.preprocessing_fn``)
+Trainer configured by a module path (``components.transform.preprocessing.preprocessing_fn``)
 would hit the cache after that module's code changed; passing this digest in
 ``custom_config`` makes the change re-run the stage and everything after it.
 """
@@ -21,16 +21,17 @@ def code_fingerprint(module_names: Iterable[str]) -> str:
     return digest.hexdigest()
 
 
-TRANSFORM_MODULES = ("components.preprocessing", "components.caption_text", "components.glove",
-                     "components.config")
+TRANSFORM_MODULES = ("components.transform.preprocessing", "components.caption_text",
+                     "components.transform.glove", "components.config")
 TRAINER_MODULES = TRANSFORM_MODULES + ("components.trainer.model", "components.trainer.losses",
                                        "components.trainer.inputs", "components.trainer.run_fn",
-                                       "components.export", "components.decoding",
+                                       "components.trainer.export", "components.trainer.decoding",
                                        "components.resnet_features")
 
 
-EVALUATOR_MODULES = ("components.evaluator", "components.evaluation", "components.caption_metrics",
-                     "components.report", "components.config")
+EVALUATOR_MODULES = ("components.evaluation.evaluator", "components.evaluation.split_captions",
+                     "components.evaluation.caption_metrics", "components.evaluation.report",
+                     "components.config")
 
 
 def pipeline_code_fingerprints() -> dict:

@@ -87,7 +87,7 @@ def vertex_training_config(cloud: config_lib.CloudConfig) -> dict:
 
 def cloud_data_fingerprint(pipeline_config: config_lib.PipelineConfig, compute: bool) -> str:
     """The data digest for the cache key, computed from here when asked (gs:// needs credentials)."""
-    from components.flickr8k_gen import data_fingerprint
+    from components.ingestion.example_gen import data_fingerprint
 
     if compute:
         return data_fingerprint(pipeline_config.data)

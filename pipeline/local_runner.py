@@ -20,7 +20,7 @@ from typing import List, Optional, Sequence
 from absl import logging
 
 from components import config as config_lib
-from components import demo_data
+from components.ingestion import demo_data
 
 SCHEMA_PATH = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
                            "schemas", "schema.pbtxt")
@@ -88,7 +88,7 @@ def serving_model_dir(pipeline_config: config_lib.PipelineConfig) -> str:
 def run_pipeline(pipeline_config: config_lib.PipelineConfig) -> None:
     from tfx import v1 as tfx
 
-    from components.flickr8k_gen import data_fingerprint
+    from components.ingestion.example_gen import data_fingerprint
     from pipeline import fingerprints
     from pipeline.pipeline import create_pipeline
 
@@ -141,7 +141,7 @@ def latest_pushed_model(output_dir: str) -> Optional[str]:
 
 def print_evaluation(output_dir: str) -> None:
     """The evaluator's metrics table, greedy vs beam log-probability, verdict and report path."""
-    from components import evaluator
+    from components.evaluation import evaluator
 
     evaluation_uri = latest_artifact_uri(output_dir, "ModelEvaluation", "CaptionEvaluator")
     print(f"Evaluation: {evaluation_uri}")
@@ -161,20 +161,20 @@ def print_evaluation(output_dir: str) -> None:
 
 
 def print_outputs(pipeline_config: config_lib.PipelineConfig) -> None:
-    from components import ingestion
+    from components.ingestion import beam_job
 
     output_dir = os.path.abspath(pipeline_config.runtime.output_dir)
     examples_uri = latest_artifact_uri(output_dir, "Examples", "Flickr8kExampleGen")
     print(f"Data: {pipeline_config.data.data_dir}")
     print(f"Examples: {examples_uri}")
     if examples_uri:
-        with open(os.path.join(examples_uri, ingestion.SUMMARY_FILE), encoding="utf-8") as stream:
+        with open(os.path.join(examples_uri, beam_job.SUMMARY_FILE), encoding="utf-8") as stream:
             summary = json.load(stream)
         print(f"  (image, caption) pairs read {summary['pairs_read']} = accepted "
               f"{summary['pairs_accepted']} + rejected {summary['pairs_rejected']} "
               f"{summary['rejected_pairs_by_reason']}")
         print(f"  images per split: {summary['images_per_split']}")
-        print(f"  rejects: {os.path.join(examples_uri, ingestion.REJECTS_DIR)}")
+        print(f"  rejects: {os.path.join(examples_uri, beam_job.REJECTS_DIR)}")
     print(f"Statistics: {latest_artifact_uri(output_dir, 'ExampleStatistics', 'StatisticsGen')}")
     transform_uri = latest_artifact_uri(output_dir, "TransformGraph", "Transform")
     print(f"Transform graph: {transform_uri}")
@@ -203,7 +203,7 @@ def print_outputs(pipeline_config: config_lib.PipelineConfig) -> None:
     pushed = latest_pushed_model(output_dir)
     print(f"Pushed SavedModel: {pushed or 'none (the model was not blessed)'}")
     if pushed:
-        print(f"  caption images: .venv/bin/python -m components.captioner caption --model "
+        print(f"  caption images: .venv/bin/python -m components.serving.captioner caption --model "
               f"{os.path.dirname(pushed)} IMAGE.jpg ...")
     print(f"ML Metadata: {metadata_path(output_dir)}")
 

@@ -11,11 +11,12 @@ from typing import List, Mapping, Optional
 from tfx import v1 as tfx
 
 from components import config as config_lib
-from components import preprocessing, resnet_features
-from components.evaluator import CaptionEvaluator
-from components.flickr8k_gen import Flickr8kExampleGen
-from components.pusher import AtomicPusher
-from components.validation import ExampleValidationGate
+from components import resnet_features
+from components.evaluation.evaluator import CaptionEvaluator
+from components.ingestion.example_gen import Flickr8kExampleGen
+from components.serving.pusher import AtomicPusher
+from components.transform import preprocessing
+from components.transform.validation_gate import ExampleValidationGate
 
 
 def validated_transform(examples, pipeline_config: config_lib.PipelineConfig, schema_path: str,
@@ -64,7 +65,7 @@ def create_pipeline(
     blesses it or not; the Pusher copies a blessed model into a new numbered
     version directory under ``serving_model_dir`` (TF Serving's layout).
 
-    ``data_fingerprint`` (``components.flickr8k_gen.data_fingerprint``) and
+    ``data_fingerprint`` (``components.ingestion.example_gen.data_fingerprint``) and
     ``code_fingerprints`` (``{"transform": ..., "trainer": ...}``, digests of
     the user code, see ``pipeline.fingerprints``) enter TFX's cache keys, which
     see neither the input files nor the code behind a module path by themselves.

@@ -21,8 +21,9 @@ from tensorflow_transform.beam.tft_beam_io import transform_fn_io
 from tensorflow_transform.tf_metadata import metadata_io
 
 from components import config as config_lib
-from components import demo_data, ingestion, preprocessing
+from components.ingestion import beam_job, demo_data
 from components.trainer import run_fn
+from components.transform import preprocessing
 
 SMALL_TRAINER = dict(per_replica_batch_size=8, image_dense_units=(64, 32), lstm_units=32,
                      second_lstm_units=32, attention_key_dim=16, warmup_steps=5, learning_rate=3e-3)
@@ -79,7 +80,7 @@ def train_demo_model(root: str, num_images: int = 16, epochs: int = 3) -> dict:
                                              vocab_frequency_threshold=1),
         trainer=config_lib.TrainerConfig(epochs=epochs, **SMALL_TRAINER))
     examples_dir = os.path.join(root, "examples")
-    ingestion.run_ingestion(beam.Pipeline(runner="DirectRunner"), pipeline_config, examples_dir)
+    beam_job.run_ingestion(beam.Pipeline(runner="DirectRunner"), pipeline_config, examples_dir)
     transformed_dir = transform_splits(
         os.path.join(root, "transformed"),
         {split: read_raw_rows(examples_dir, split) for split in ("train", "dev", "test")},

@@ -20,8 +20,9 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from components import preprocessing, resnet_features
+from components import resnet_features
 from components.trainer import model as model_lib
+from components.transform import preprocessing
 
 FEATURE_SPEC = {
     preprocessing.IMAGE_FEATURES: tf.io.FixedLenFeature([1], tf.string),

@@ -14,7 +14,7 @@ trains with:
   model), ``EarlyStopping`` on dev loss with the best weights restored,
   ``TensorBoard`` under ``model_run_dir`` and one log line per epoch.
 
-Writes the self-contained serving SavedModel (``components.export``: JPEG
+Writes the self-contained serving SavedModel (``components.trainer.export``: JPEG
 bytes → captions) to ``serving_model_dir``, with the caption facts in its
 ``assets.extra/``, and the Keras model ``decoder.keras`` and ``history.json``
 (loss, dev loss, accuracy per epoch) to ``model_run_dir``.
@@ -33,9 +33,9 @@ import tensorflow_transform as tft
 from absl import logging
 
 from components import config as config_lib
-from components import export, preprocessing
-from components.trainer import inputs
+from components.trainer import export, inputs
 from components.trainer import model as model_lib
+from components.transform import preprocessing
 
 DECODER_FILE = "decoder.keras"
 FACTS_FILE = "caption_facts.json"

@@ -1,0 +1,105 @@
+"""Command-line captioner over an exported SavedModel (needs only TensorFlow).
+
+    python -m components.serving.captioner caption --model DIR image1.jpg image2.jpg [--beam-width K]
+
+``DIR`` is either a SavedModel directory (the Trainer's ``Format-Serving``) or
+a push destination holding numbered version directories, of which the newest
+complete one is used. Prints ``<file>\\t<caption>`` per image, in order. A
+missing file or a file that is not an image is reported on stderr by name and
+skipped; the exit status is then 1. A model directory without a SavedModel
+is exit status 2.
+"""
+
+import argparse
+import os
+import sys
+from typing import List, Optional, Sequence
+
+EXIT_BAD_INPUT = 1
+EXIT_BAD_MODEL = 2
+
+
+class ModelDirError(ValueError):
+    """The --model directory holds no SavedModel."""
+
+
+def resolve_model_dir(path: str) -> str:
+    """The SavedModel directory that ``path`` names (itself, or its newest version)."""
+    import tensorflow as tf
+
+    if not tf.io.gfile.isdir(path):
+        raise ModelDirError(f"Model directory not found: {path}")
+    if tf.io.gfile.exists(os.path.join(path, "saved_model.pb")):
+        return path
+    versions = sorted((int(name.rstrip("/")) for name in tf.io.gfile.listdir(path)
+                       if name.rstrip("/").isdigit()), reverse=True)
+    for version in versions:
+        candidate = os.path.join(path, str(version))
+        if tf.io.gfile.exists(os.path.join(candidate, "saved_model.pb")):
+            return candidate
+    raise ModelDirError(f"No SavedModel in {path}: neither {path}/saved_model.pb nor a numbered "
+                        "version directory with one (is this the Trainer's or Pusher's output?).")
+
+
+def read_images(paths: Sequence[str]):
+    """``(readable [(path, bytes)], errors [str])``: each file checked to decode as an image."""
+    import tensorflow as tf
+
+    readable, errors = [], []
+    for path in paths:
+        if not os.path.isfile(path):
+            errors.append(f"{path}: no such file")
+            continue
+        with open(path, "rb") as stream:
+            image_bytes = stream.read()
+        try:
+            tf.io.decode_image(image_bytes, channels=3, expand_animations=False)
+        except tf.errors.InvalidArgumentError as error:
+            errors.append(f"{path}: not a readable JPEG/PNG/GIF/BMP image ({error.message.strip()})")
+            continue
+        readable.append((path, image_bytes))
+    return readable, errors
+
+
+def caption_images(model_dir: str, images: List[bytes], beam_width: int = 0) -> List[str]:
+    """Captions for a batch of image bytes: greedy, or beam search when ``beam_width`` ≥ 1."""
+    import tensorflow as tf
+
+    model = tf.saved_model.load(resolve_model_dir(model_dir))
+    batch = tf.constant(images, tf.string)
+    if beam_width:
+        outputs = model.signatures["beam_search"](images=batch, beam_width=tf.constant(beam_width))
+    else:
+        outputs = model.signatures["serving_default"](images=batch)
+    return [caption.decode("utf-8") for caption in outputs["caption"].numpy()]
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m components.serving.captioner", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    commands = parser.add_subparsers(dest="command", required=True)
+    caption = commands.add_parser("caption", help="caption image files")
+    caption.add_argument("--model", required=True, help="SavedModel or push destination directory")
+    caption.add_argument("--beam-width", type=int, default=0,
+                         help="beam search with this width (default: greedy)")
+    caption.add_argument("images", nargs="+", help="JPEG/PNG files")
+    args = parser.parse_args(sys.argv[1:] if argv is None else argv)
+    if args.beam_width < 0:
+        parser.error("--beam-width must be >= 1 (or 0 for greedy)")
+    try:
+        model_dir = resolve_model_dir(args.model)
+    except ModelDirError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return EXIT_BAD_MODEL
+    readable, errors = read_images(args.images)
+    for message in errors:
+        print(f"error: {message}", file=sys.stderr)
+    if readable:
+        captions = caption_images(model_dir, [image for _, image in readable], args.beam_width)
+        for (path, _), text in zip(readable, captions, strict=False):
+            print(f"{path}\t{text}")
+    return EXIT_BAD_INPUT if errors else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

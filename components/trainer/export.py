@@ -1,0 +1,143 @@
+"""Export: a self-contained SavedModel that turns image bytes into captions.
+
+Signatures (inputs → outputs; see README "Serving"):
+
+* ``serving_default``: ``images`` (string ``[batch]``, JPEG/PNG bytes) →
+  ``caption`` (string), ``tokens`` (int32 ``[batch, max_length - 1]``, 0-padded),
+  ``score`` (float32, summed log-probability), greedy decoding. Decoding,
+  resizing, ResNet50 preprocessing and the ResNet50 feature extractor (the
+  weights ingestion used) are in the graph.
+* ``beam_search``: ``images`` and ``beam_width`` (int32 scalar) → the same outputs.
+* ``caption_features``: ``image_features`` (float32 ``[batch, 49, 2048]``) → the
+  same outputs, greedy; ``caption_features_beam`` adds ``beam_width``.
+* ``image_features``: ``images`` → ``image_features`` (float32 ``[batch, 49, 2048]``),
+  the ResNet50 feature maps alone, as ingestion computes them.
+* ``serving_examples``: serialized ``tf.Example`` (``image_features`` bytes as
+  ingestion writes them) → the same outputs, greedy.
+* ``transform_features``: serialized raw ``tf.Example`` → the Transform
+  output (the tf.Transform layer, with the vocabulary, is tracked by the model).
+
+Only TensorFlow is needed to load and call it.
+"""
+
+import os
+
+import keras
+import tensorflow as tf
+import tensorflow_transform as tft
+
+from components import config as config_lib
+from components import resnet_features
+from components.trainer import decoding
+from components.trainer import model as model_lib
+from components.transform import preprocessing
+
+ASSETS_EXTRA_DIR = "assets.extra"  # beside the SavedModel; TF Serving ignores it
+CAPTION = "caption"
+IMAGE_FEATURES = "image_features"
+TOKENS = "tokens"
+SCORE = "score"
+
+
+class CaptionModule(tf.Module):
+    """Everything the signatures need, tracked for ``tf.saved_model.save``."""
+
+    def __init__(self, decoder: keras.Model, feature_extractor: keras.Model,
+                 transform_output: tft.TFTransformOutput, vocabulary, max_length: int,
+                 features: config_lib.FeaturesConfig, length_alpha: float = 0.0):
+        super().__init__()
+        # The image is projected once; each decoding step runs the text decoder on one token.
+        self.image_encoder, self.text_decoder = model_lib.split_model(decoder)
+        self._incremental = model_lib.IncrementalDecoder(decoder)
+        self.feature_extractor = feature_extractor
+        self.tft_layer = transform_output.transform_features_layer()
+        self._raw_feature_spec = transform_output.raw_feature_spec()
+        self.vocabulary = tf.constant(vocabulary, tf.string)
+        self._vocabulary_size = len(vocabulary)
+        self._max_length = max_length
+        self._image_size = features.image_size
+        self._length_alpha = length_alpha
+
+    def _project(self, image_features):
+        return self.image_encoder(image_features, training=False)
+
+    def _outputs(self, ids, scores):
+        return {CAPTION: decoding.ids_to_captions(ids, self.vocabulary), TOKENS: ids, SCORE: scores}
+
+    def image_features(self, images):
+        def decode_one(image_bytes):
+            pixels = tf.io.decode_image(image_bytes, channels=3, expand_animations=False)
+            return resnet_features.resize_for_resnet(pixels, self._image_size)
+
+        resized = tf.map_fn(decode_one, images, fn_output_signature=tf.TensorSpec(
+            [self._image_size, self._image_size, 3], tf.float32))
+        return self.feature_extractor(resized, training=False)
+
+    def image_feature_maps(self, images):
+        return {IMAGE_FEATURES: self.image_features(images)}
+
+    def caption_features(self, image_features):
+        projection = self._project(image_features)
+        return self._outputs(*decoding.greedy_decode(
+            self._incremental.step, projection, self._incremental.initial_state(projection),
+            self._max_length, self._vocabulary_size))
+
+    def caption_features_beam(self, image_features, beam_width):
+        projection = self._project(image_features)
+        return self._outputs(*decoding.beam_search_decode(
+            self._incremental.step, projection, self._incremental.initial_state(projection),
+            self._max_length, self._vocabulary_size, beam_width, self._length_alpha))
+
+    def caption_images(self, images):
+        return self.caption_features(self.image_features(images))
+
+    def caption_images_beam(self, images, beam_width):
+        return self.caption_features_beam(self.image_features(images), beam_width)
+
+    def caption_examples(self, examples):
+        parsed = tf.io.parse_example(examples, {
+            preprocessing.IMAGE_FEATURES: tf.io.FixedLenFeature([1], tf.string)})
+        raw = tf.io.decode_raw(parsed[preprocessing.IMAGE_FEATURES][:, 0], tf.float16, little_endian=True)
+        image_features = tf.cast(tf.reshape(
+            raw, [-1, resnet_features.FEATURE_POSITIONS, resnet_features.FEATURE_DEPTH]), tf.float32)
+        return self.caption_features(image_features)
+
+    def transform_features(self, examples):
+        return self.tft_layer(tf.io.parse_example(examples, self._raw_feature_spec))
+
+
+def signatures(module: CaptionModule) -> dict:
+    images = tf.TensorSpec([None], tf.string, name="images")
+    width = tf.TensorSpec([], tf.int32, name="beam_width")
+    features = tf.TensorSpec([None, resnet_features.FEATURE_POSITIONS, resnet_features.FEATURE_DEPTH],
+                             tf.float32, name="image_features")
+    examples = tf.TensorSpec([None], tf.string, name="examples")
+    # Bound methods, not lambdas: autograph cannot find a lambda's source among several per line.
+    return {
+        "serving_default": tf.function(module.caption_images).get_concrete_function(images),
+        "beam_search": tf.function(module.caption_images_beam).get_concrete_function(images, width),
+        "image_features": tf.function(module.image_feature_maps).get_concrete_function(images),
+        "caption_features": tf.function(module.caption_features).get_concrete_function(features),
+        "caption_features_beam": tf.function(module.caption_features_beam).get_concrete_function(
+            features, width),
+        "serving_examples": tf.function(module.caption_examples).get_concrete_function(examples),
+        "transform_features": tf.function(module.transform_features).get_concrete_function(examples),
+    }
+
+
+def export_saved_model(decoder: keras.Model, transform_output_dir: str,
+                       pipeline_config: config_lib.PipelineConfig, export_dir: str) -> str:
+    """Writes the SavedModel to ``export_dir`` and returns it."""
+    transform_output = tft.TFTransformOutput(transform_output_dir)
+    words, _, facts = preprocessing.read_transform_assets(transform_output)
+    vocabulary = list(facts["reserved_tokens"]) + words
+    max_length = pipeline_config.export.max_decode_length or facts["max_caption_length"]
+    module = CaptionModule(decoder, resnet_features.build_feature_extractor(pipeline_config.features),
+                           transform_output, vocabulary, max_length, pipeline_config.features,
+                           pipeline_config.export.beam_length_alpha)
+    tf.saved_model.save(module, export_dir, signatures=signatures(module))
+    return export_dir
+
+
+def is_saved_model_dir(path: str) -> bool:
+    return tf.io.gfile.exists(os.path.join(path, "saved_model.pb"))

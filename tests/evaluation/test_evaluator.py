@@ -1,0 +1,179 @@
+"""Tests of the caption evaluator: the blessing rules, metrics and report on a trained demo
+model, blessing → Pusher (an unblessed model is not pushed, a blessed one is), and the HTML
+report rendered in headless Chromium."""
+
+import copy
+import dataclasses
+import json
+import os
+import re
+import shutil
+import subprocess
+
+import pytest
+from tfx.proto import pusher_pb2
+from tfx.types import standard_artifacts
+from tfx.utils import proto_utils
+
+from components import config as config_lib
+from components.evaluation import caption_metrics, evaluator
+from components.serving import pusher
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+ZERO = dict.fromkeys(caption_metrics.METRIC_NAMES, 0.0)
+
+
+def _document(model_bleu4, zero_features=0.05, frequent=0.1, latest_blessed=None):
+    metrics = {evaluator.MODEL_ROW: dict(ZERO, **{"BLEU-4": model_bleu4}),
+               evaluator.ZERO_FEATURES_ROW: dict(ZERO, **{"BLEU-4": zero_features}),
+               evaluator.FREQUENT_CAPTION_ROW: dict(ZERO, **{"BLEU-4": frequent})}
+    if latest_blessed is not None:
+        metrics[evaluator.BASELINE_MODEL_ROW] = dict(ZERO, **{"BLEU-4": latest_blessed})
+    return {"dev": {"metrics": metrics}}
+
+
+SETTINGS = config_lib.EvaluationConfig(bless_threshold=0.2, max_regression=0.01)
+
+
+@pytest.mark.parametrize("splits, blessed, reason", [
+    (_document(0.3), True, "no earlier blessed model"),
+    (_document(0.15), False, "below the threshold 0.2000"),
+    (_document(0.3, frequent=0.3), False, "does not beat the image-blind: most frequent"),
+    (_document(0.3, zero_features=0.35), False, "does not beat the image-blind: zero features"),
+    (_document(0.3, latest_blessed=0.305), True, "not worse than the latest blessed model"),
+    (_document(0.3, latest_blessed=0.32), False, "more than 0.0100 below the latest blessed"),
+])
+def test_blessing_rules(splits, blessed, reason):
+    decision, reasons = evaluator.blessing_decision(splits, SETTINGS)
+    assert decision is blessed
+    assert any(reason in text for text in reasons), reasons
+
+
+def test_unknown_bless_metric_or_split_is_a_clear_error():
+    with pytest.raises(ValueError, match="bless_metric 'BLEU-5'"):
+        evaluator.blessing_decision(_document(0.3), dataclasses.replace(SETTINGS, bless_metric="BLEU-5"))
+    with pytest.raises(ValueError, match="bless_split 'test'"):
+        evaluator.blessing_decision(_document(0.3), dataclasses.replace(SETTINGS, bless_split="test"))
+
+
+@pytest.fixture(scope="module")
+def evaluated(trained_demo_model, tmp_path_factory):
+    output = tmp_path_factory.mktemp("evaluation")
+    document = evaluator.run_evaluation(
+        trained_demo_model["examples"], trained_demo_model["serving_model"],
+        trained_demo_model["model_run"], str(output), trained_demo_model["config"])
+    return document, output
+
+
+@pytest.mark.slow
+def test_metrics_document_has_every_split_row_and_metric(evaluated, trained_demo_model):
+    document, output = evaluated
+    saved = json.loads((output / evaluator.METRICS_FILE).read_text())
+    assert saved == json.loads(json.dumps(document))
+    dataset = trained_demo_model["dataset"]
+    for split in ("dev", "test"):
+        result = document["splits"][split]
+        assert result["images"] == len(dataset.splits[split]) == len(result["captions"])
+        assert set(result["metrics"]) == {evaluator.MODEL_ROW, evaluator.ZERO_FEATURES_ROW,
+                                          evaluator.FREQUENT_CAPTION_ROW}
+        for values in result["metrics"].values():
+            assert set(values) == set(caption_metrics.METRIC_NAMES)
+            assert all(0.0 <= values[name] <= 10.0 for name in values)
+        assert all(len(row["references"]) == 5 for row in result["captions"])
+        assert set(result["mean_log_probability"]) == {"greedy", "beam_3"}
+    assert (document["blessed"], document["reasons"]) == evaluator.blessing_decision(
+        document["splits"], trained_demo_model["config"].evaluation)
+
+
+@pytest.mark.slow
+def test_image_blind_baseline_is_the_model_on_zero_feature_maps(evaluated, trained_demo_model):
+    """One zero map decoded once stands for every image: the same as decoding zeros per image."""
+    import numpy as np
+    import tensorflow as tf
+
+    from components.evaluation import split_captions
+
+    document, _ = evaluated
+    saved_model = tf.saved_model.load(trained_demo_model["serving_model"])
+    records = list(split_captions.split_records(trained_demo_model["examples"], "test"))
+    zeroed = [(image_id, np.zeros_like(features), references)
+              for image_id, features, references in records]
+    for beam_width in (0, 3):
+        per_image = split_captions.decode_records(saved_model, zeroed, beam_width)
+        blind = split_captions.decode_image_blind(saved_model, records, beam_width)
+        assert [(row.image_id, row.caption, row.tokens, row.references) for row in blind] == [
+            (row.image_id, row.caption, row.tokens, row.references) for row in per_image]
+        np.testing.assert_allclose([row.log_probability for row in blind],
+                                   [row.log_probability for row in per_image], rtol=1e-4)
+    assert (document["splits"]["test"]["image_blind_captions"]["zero_features"]
+            == split_captions.decode_records(saved_model, zeroed[:1], 3)[0].caption)
+    model_rows = split_captions.decode_records(saved_model, records, 3)
+    assert [row["caption"] for row in document["splits"]["test"]["captions"]] == [
+        row.caption for row in model_rows]
+
+
+def _artifacts(root, blessed_document):
+    model = standard_artifacts.Model()
+    model.id, model.uri = 7, str(root / "model")
+    serving = root / "model" / "Format-Serving"
+    serving.mkdir(parents=True, exist_ok=True)
+    (serving / "saved_model.pb").write_bytes(b"graph")
+    blessing = standard_artifacts.ModelBlessing()
+    blessing.uri = str(root / "blessing")
+    evaluator.mark_blessing(blessing, blessed_document, model)
+    return model, blessing
+
+
+def _push(root, model, blessing):
+    pushed = standard_artifacts.PushedModel()
+    pushed.uri = str(root / "pushed")
+    destination = proto_utils.proto_to_json(pusher_pb2.PushDestination(
+        filesystem=pusher_pb2.PushDestination.Filesystem(base_directory=str(root / "serving"))))
+    pusher.AtomicPushExecutor().Do({"model": [model], "model_blessing": [blessing]},
+                                   {"pushed_model": [pushed]}, {"push_destination": destination})
+    return pushed.get_int_custom_property("pushed")
+
+
+@pytest.mark.slow
+def test_unblessed_model_is_not_pushed_and_blessed_one_is(evaluated, tmp_path):
+    document, _ = evaluated
+    strict = copy.deepcopy(document)
+    strict["blessed"] = False  # as the real document says when it does not beat its baselines
+    strict["reasons"] = ["BLEU-4 below the threshold"]
+    model, blessing = _artifacts(tmp_path / "unblessed", strict)
+    assert blessing.get_int_custom_property("blessed") == 0
+    assert (tmp_path / "unblessed" / "blessing" / "NOT_BLESSED").exists()
+    assert _push(tmp_path / "unblessed", model, blessing) == 0
+    assert not (tmp_path / "unblessed" / "serving").exists()
+
+    blessed = dict(document, blessed=True, reasons=["BLEU-4 above everything"])
+    model, blessing = _artifacts(tmp_path / "blessed", blessed)
+    assert blessing.get_int_custom_property("current_model_id") == 7
+    assert _push(tmp_path / "blessed", model, blessing) == 1
+    assert len(os.listdir(tmp_path / "blessed" / "serving")) == 1
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(CHROMIUM is None, reason="Debian's chromium is not installed (.ci/run installs "
+                                              "it: apt-get install chromium)")
+def test_report_renders_in_headless_chromium(evaluated, tmp_path):
+    document, output = evaluated
+    report = output / evaluator.REPORT_FILE
+    flags = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+             "--disable-background-networking", "--disable-component-update", "--disable-sync",
+             f"--user-data-dir={tmp_path / 'profile'}", "--virtual-time-budget=10000"]
+    dom = subprocess.run([CHROMIUM, *flags, "--dump-dom", report.as_uri()], capture_output=True,
+                         text=True, timeout=120, check=True).stdout
+    loaded = re.search(r'data-images-loaded="(\d+)"', dom)
+    total = re.search(r'data-images-total="(\d+)"', dom)
+    assert loaded and total, "the page's load script did not run"
+    samples = min(len(document["splits"]["test"]["captions"]), 6)
+    words = sum(len(row["caption"].split()) for row in document["splits"]["test"]["captions"][:samples])
+    assert int(total.group(1)) == samples + words  # one picture and one heatmap per word
+    assert int(loaded.group(1)) == int(total.group(1)), "some images did not decode"
+    assert dom.count('<table class="metrics">') == 2 and "BLEU-4" in dom and "CIDEr" in dom
+    assert dom.count('<svg class="chart"') == 2
+    screenshot = tmp_path / "report.png"
+    subprocess.run([CHROMIUM, *flags, f"--screenshot={screenshot}", "--window-size=1200,2000",
+                    report.as_uri()], capture_output=True, timeout=120, check=True)
+    assert screenshot.stat().st_size > 20_000  # a rendered page, not a blank one

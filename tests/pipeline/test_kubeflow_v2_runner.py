@@ -1,0 +1,81 @@
+"""Tests of the Kubeflow Pipelines v2 / Vertex AI compile: `make pipeline-compile` writes a
+PipelineJob whose spec parses, with the expected tasks, their dependencies, the pipeline image,
+Dataflow for the Beam components and a GPU worker pool for the Trainer. Nothing is submitted."""
+
+import json
+import subprocess
+
+import pytest
+from google.protobuf import json_format
+from kfp.pipeline_spec import pipeline_spec_pb2
+
+from tests.paths import REPO_ROOT
+
+pytestmark = pytest.mark.slow
+IMAGE = "us-docker.pkg.dev/my-project/pipelines/flickr8k-captioning:v1"
+
+
+@pytest.fixture(scope="module")
+def compiled(tmp_path_factory):
+    output_dir = tmp_path_factory.mktemp("kfp_out")
+    subprocess.run(["make", "--no-print-directory", "pipeline-compile", f"OUTPUT_DIR={output_dir}",
+                    "PROJECT=my-project", "REGION=europe-west4", "BUCKET=my-bucket", f"IMAGE={IMAGE}",
+                    "SET=cloud.trainer_accelerator_type=NVIDIA_L4 cloud.trainer_accelerator_count=4"],
+                   cwd=REPO_ROOT, check=True, capture_output=True, timeout=600)
+    with open(output_dir / "kfp" / "flickr8k-captioning.json", encoding="utf-8") as stream:
+        return json.load(stream)
+
+
+def test_pipeline_job_parses_with_every_task_and_dependency(compiled):
+    spec = json_format.ParseDict(compiled["pipelineSpec"], pipeline_spec_pb2.PipelineSpec(),
+                                 ignore_unknown_fields=False)
+    assert spec.pipeline_info.name == "flickr8k-captioning"
+    assert compiled["runtimeConfig"]["gcsOutputDirectory"] == "gs://my-bucket/pipeline_root"
+    tasks = spec.root.dag.tasks
+    expected_dependencies = {
+        "Flickr8kExampleGen": set(),
+        "StatisticsGen": {"Flickr8kExampleGen"},
+        "ImportSchemaGen": set(),
+        "ExampleValidator": {"StatisticsGen", "ImportSchemaGen"},
+        "ExampleValidationGate": {"StatisticsGen", "ExampleValidator"},
+        "Transform": {"Flickr8kExampleGen", "ImportSchemaGen", "ExampleValidationGate"},
+        "Trainer": {"Transform"},
+        "latest_blessed_model_resolver-model-resolver": set(),
+        "latest_blessed_model_resolver-model-blessing-resolver": set(),
+        "CaptionEvaluator": {"Flickr8kExampleGen", "Trainer",
+                             "latest_blessed_model_resolver-model-resolver"},
+        "Pusher": {"Trainer", "CaptionEvaluator"},
+    }
+    assert {name: set(task.dependent_tasks) for name, task in tasks.items()} == expected_dependencies
+    pusher_inputs = tasks["Pusher"].inputs.artifacts
+    assert pusher_inputs["model_blessing"].task_output_artifact.producer_task == "CaptionEvaluator"
+
+
+def test_every_component_runs_the_pipeline_image_and_beam_runs_on_dataflow(compiled):
+    executors = compiled["pipelineSpec"]["deploymentSpec"]["executors"]
+    containers = {name: executor["container"] for name, executor in executors.items()
+                  if "container" in executor}
+    assert len(containers) == 9 and all(container["image"] == IMAGE for container in containers.values())
+    transform_args = containers["Transform_executor"]["args"]
+    for expected in ("--runner=DataflowRunner", "--project=my-project", "--region=europe-west4",
+                     "--temp_location=gs://my-bucket/tmp", f"--sdk_container_image={IMAGE}"):
+        assert expected in transform_args
+    schema_task = compiled["pipelineSpec"]["root"]["dag"]["tasks"]["ImportSchemaGen"]
+    assert "/pipeline/schemas/schema.pbtxt" in json.dumps(schema_task)
+
+
+def test_trainer_is_a_vertex_training_job_on_a_gpu_worker_pool(compiled):
+    executor = compiled["pipelineSpec"]["deploymentSpec"]["executors"]["Trainer_executor"]["container"]
+    assert "tfx.extensions.google_cloud_ai_platform.trainer.executor.GenericExecutor" in executor["args"]
+    task = compiled["pipelineSpec"]["root"]["dag"]["tasks"]["Trainer"]
+    custom_config = json.loads(
+        task["inputs"]["parameters"]["custom_config"]["runtimeValue"]["constantValue"]["stringValue"])
+    assert custom_config["ai_platform_enable_vertex"] is True
+    assert custom_config["ai_platform_vertex_region"] == "europe-west4"
+    (pool,) = custom_config["ai_platform_training_args"]["worker_pool_specs"]
+    assert pool["machine_spec"] == {"machine_type": "n1-standard-16", "accelerator_type": "NVIDIA_L4",
+                                    "accelerator_count": 4}
+    assert pool["container_spec"]["image_uri"] == IMAGE and pool["replica_count"] == 1
+    assert custom_config["backup_root"] == "gs://my-bucket/pipeline_root/_trainer_backup"
+    pipeline_config = json.loads(custom_config["pipeline_config"])
+    assert pipeline_config["data"]["data_dir"] == "gs://my-bucket/flickr8k"

@@ -1,0 +1,216 @@
+"""Tests of the local runner: config from the command line, and the pipeline end to end."""
+
+import os
+
+import pytest
+
+from pipeline import local_runner
+from tests.ingestion.test_beam_job import records_digest
+
+
+def test_make_style_arguments_become_config_overrides(tmp_path):
+    args = local_runner._parse_args([
+        "run", f"--output_dir={tmp_path}", "--data_dir=/data/f8k", "--glove=/g/glove.6B.zip",
+        "--resnet_weights=imagenet", "--set", "trainer.epochs=4"])
+    pipeline_config = local_runner.build_config(args)
+    assert pipeline_config.runtime.output_dir == str(tmp_path)
+    assert pipeline_config.data.data_dir == "/data/f8k"
+    assert pipeline_config.transform.glove_path == "/g/glove.6B.zip"
+    assert pipeline_config.features.resnet_weights == "imagenet"
+    assert pipeline_config.trainer.epochs == 4
+
+
+def test_unknown_override_stops_the_run(tmp_path):
+    args = local_runner._parse_args(["run", f"--output_dir={tmp_path}", "--set", "trainer.epoks=4"])
+    with pytest.raises(ValueError, match="trainer.epoks"):
+        local_runner.build_config(args)
+
+
+def test_demo_data_generated_once(tmp_path):
+    argv = ["demo-data", f"--output_dir={tmp_path}", "--set", "data.demo_num_images=5"]
+    assert local_runner.main(argv) == 0
+    token_path = tmp_path / "demo_data" / "seed8_n5" / "Flickr8k_text" / "Flickr8k.token.txt"
+    first_mtime = os.path.getmtime(token_path)
+    assert local_runner.main(argv) == 0
+    assert os.path.getmtime(token_path) == first_mtime
+
+
+COMPONENTS = ["Flickr8kExampleGen", "ImportSchemaGen", "latest_blessed_model_resolver", "StatisticsGen",
+              "ExampleValidator", "ExampleValidationGate", "Transform", "Trainer", "CaptionEvaluator",
+              "Pusher"]
+
+
+def _executions(output_dir):
+    """(node id, state) of every execution, oldest first; the node id is TFX's component id."""
+    from ml_metadata.proto import metadata_store_pb2
+
+    store = local_runner.read_metadata_store(str(output_dir))
+    node_type = store.get_context_type("node").id
+    rows = []
+    for execution in sorted(store.get_executions(), key=lambda execution: execution.id):
+        node = [context for context in store.get_contexts_by_execution(execution.id)
+                if context.type_id == node_type][0]
+        rows.append((node.name.rsplit(".", 1)[-1],
+                     metadata_store_pb2.Execution.State.Name(execution.last_known_state)))
+    return rows
+
+
+def _run(argv, output_dir):
+    """Runs the pipeline; returns {component: state} of the executions this run added."""
+    before = len(_executions(output_dir)) if (output_dir / "metadata").exists() else 0
+    assert local_runner.main(argv) == 0
+    return dict(_executions(output_dir)[before:])
+
+
+@pytest.mark.e2e
+def test_pipeline_caches_resumes_after_a_failure_and_matches_the_standalone_job(
+        tmp_path, capsys, monkeypatch):
+    """20 demo images, 2 epochs: too little to learn, so the model is not blessed."""
+    from ml_metadata.proto import metadata_store_pb2
+
+    from components.ingestion import example_gen
+    from components.trainer import inputs
+    from pipeline import fingerprints
+
+    argv = ["run", f"--output_dir={tmp_path}", "--set", "data.demo_num_images=20",
+            "--set", "runtime.direct_num_workers=1", "--set", "trainer.epochs=2",
+            "--set", "trainer.per_replica_batch_size=16"]
+    first = _run(argv, tmp_path)
+    assert first == dict.fromkeys(COMPONENTS, "COMPLETE")
+    printed = capsys.readouterr().out
+    assert "pairs read 100 = accepted 100 + rejected 0" in printed
+    assert "Transform graph: " in printed and "vocabulary: " in printed
+    assert "Trained model: " in printed and "dev loss" in printed
+    assert "caption metrics (beam search" in printed and "mean caption log-probability greedy" in printed
+    assert "NOT BLESSED: BLEU-4" in printed
+    assert "Pushed SavedModel: none (the model was not blessed)" in printed
+    assert local_runner.latest_pushed_model(str(tmp_path)) is None
+    assert not (tmp_path / "serving_model").exists()
+    examples_uri = local_runner.latest_artifact_uri(str(tmp_path), "Examples", "Flickr8kExampleGen")
+
+    # Nothing changed: every component is a cache hit (no model was blessed, so the
+    # evaluator's baseline input is still empty).
+    second = _run(argv, tmp_path)
+    assert {name: state for name, state in second.items()
+            if name != "latest_blessed_model_resolver"} == {
+        name: "CACHED" for name in COMPONENTS if name != "latest_blessed_model_resolver"}
+
+    # Changed preprocessing code: Transform and everything after it re-run, nothing before.
+    real_fingerprint = fingerprints.code_fingerprint
+    monkeypatch.setattr(fingerprints, "code_fingerprint",
+                        lambda modules: "edited-" + real_fingerprint(modules))
+    third = _run(argv, tmp_path)
+    for name in ("Transform", "Trainer", "CaptionEvaluator", "Pusher"):
+        assert third.pop(name) == "COMPLETE", name
+    third.pop("latest_blessed_model_resolver")
+    assert set(third.values()) == {"CACHED"}
+    monkeypatch.undo()
+
+    # The standalone Beam job writes the same records as the component.
+    standalone_dir = tmp_path / "standalone"
+    data_dir = tmp_path / "demo_data" / "seed8_n20"
+    assert example_gen.main([f"--data_dir={data_dir}", f"--output_dir={standalone_dir}",
+                              "--runner=DirectRunner"]) == 0
+    assert records_digest(str(standalone_dir)) == records_digest(examples_uri)
+
+    # Changed input data re-runs ingestion: the first caption line duplicated over the
+    # second is now rejected as a duplicate. The Trainer is made to fail on this run.
+    token_path = data_dir / "Flickr8k_text" / "Flickr8k.token.txt"
+    lines = token_path.read_text(encoding="utf-8").splitlines(keepends=True)
+    lines[1] = lines[1].split("\t")[0] + "\t" + lines[0].split("\t")[1]
+    token_path.write_text("".join(lines), encoding="utf-8")
+
+    def failing_dataset(*args, **kwargs):
+        raise RuntimeError("simulated Trainer crash")
+
+    # Not run_fn itself: TFX reloads the run_fn module before calling it.
+    monkeypatch.setattr(inputs, "make_dataset", failing_dataset)
+    executions_before = len(_executions(tmp_path))
+    with pytest.raises(RuntimeError, match="simulated Trainer crash"):
+        local_runner.main(argv)
+    failed = dict(_executions(tmp_path)[executions_before:])
+    assert failed["Flickr8kExampleGen"] == "COMPLETE" and failed["Trainer"] == "FAILED"
+    assert "CaptionEvaluator" not in failed and "Pusher" not in failed
+    # The failed execution published no model: the LIVE ones are those of runs 1 and 3.
+    models = local_runner.read_metadata_store(str(tmp_path)).get_artifacts_by_type("Model")
+    assert sum(model.state == metadata_store_pb2.Artifact.LIVE for model in models) == 2
+    monkeypatch.undo()
+
+    # The rerun executes the failed Trainer and what follows; everything before is cached.
+    capsys.readouterr()
+    resumed = _run(argv, tmp_path)
+    assert {name: resumed[name] for name in ("Flickr8kExampleGen", "StatisticsGen", "Transform")} == {
+        "Flickr8kExampleGen": "CACHED", "StatisticsGen": "CACHED", "Transform": "CACHED"}
+    assert resumed["Trainer"] == "COMPLETE" and resumed["CaptionEvaluator"] == "COMPLETE"
+    assert "pairs read 100 = accepted 99 + rejected 1 {'duplicate_caption': 1}" in capsys.readouterr().out
+
+
+@pytest.mark.e2e
+def test_demo_pipeline_learns_is_blessed_pushed_and_reported(tmp_path, capsys):
+    """`make pipeline-local` as shipped: the default demo dataset and configuration."""
+    import json
+
+    from components.evaluation import evaluator
+    from components.serving import captioner
+
+    # The tests split the CPU into 2 replicas; 16 per replica keeps make pipeline-local's global
+    # batch of 32 (one CPU replica), so the model trains with the same steps.
+    argv = ["run", f"--output_dir={tmp_path}", "--set", "trainer.per_replica_batch_size=16"]
+    first = _run(argv, tmp_path)
+    assert first == dict.fromkeys(COMPONENTS, "COMPLETE")
+    printed = capsys.readouterr().out
+    assert "pairs read 1500 = accepted 1500 + rejected 0" in printed
+    evaluation_uri = local_runner.latest_artifact_uri(str(tmp_path), "ModelEvaluation", "CaptionEvaluator")
+    document = json.loads(open(os.path.join(evaluation_uri, evaluator.METRICS_FILE)).read())
+    bleu4 = {split: {row: values["BLEU-4"] for row, values in result["metrics"].items()}
+             for split, result in document["splits"].items()}
+    assert f"{bleu4['test'][evaluator.MODEL_ROW]:9.4f}" in printed  # the table is printed
+    # Issue 7's target: test BLEU-4 >= 0.6 and at least twice the image-blind baselines.
+    # Measured with standardised features (30 images per split): model dev 0.93-0.96, test
+    # 0.86-0.88; zero-feature baseline dev 0.39-0.42, test 0.32-0.33; most frequent caption
+    # 0.28-0.32. Dev's zero-feature baseline is the higher one, so there it is held to 1.5x.
+    for split, zero_feature_ratio in (("dev", 1.5), ("test", 2.0)):
+        model_bleu4 = bleu4[split][evaluator.MODEL_ROW]
+        assert model_bleu4 >= 0.6, (split, bleu4[split])
+        assert model_bleu4 >= 2.0 * bleu4[split][evaluator.FREQUENT_CAPTION_ROW], (split, bleu4[split])
+        assert model_bleu4 >= zero_feature_ratio * bleu4[split][evaluator.ZERO_FEATURES_ROW], (
+            split, bleu4[split])
+    assert document["blessed"] and "BLESSED: BLEU-4" in printed
+    report = os.path.join(evaluation_uri, evaluator.REPORT_FILE)
+    assert f"report: {report}" in printed and os.path.getsize(report) > 50_000
+
+    pushed = local_runner.latest_pushed_model(str(tmp_path))
+    assert pushed and os.path.dirname(pushed) == str(tmp_path / "serving_model")
+    assert f"Pushed SavedModel: {pushed}" in printed
+    test_image = sorted((tmp_path / "demo_data" / "seed8_n300" / "Flicker8k_Dataset").iterdir())[0]
+    assert captioner.main(["caption", "--model", str(tmp_path / "serving_model"), str(test_image)]) == 0
+    caption = capsys.readouterr().out.strip().split("\t")[1]
+    assert caption and set(caption.split()) & {"red", "green", "blue", "yellow"}
+
+    # The first rerun re-runs the evaluator (its baseline input is now the blessed model) and
+    # the Pusher, which does not push the same model again; the next rerun is fully cached.
+    second = _run(argv, tmp_path)
+    second.pop("latest_blessed_model_resolver")
+    assert {name: state for name, state in second.items() if state != "CACHED"} == {
+        "CaptionEvaluator": "COMPLETE", "Pusher": "COMPLETE"}
+    assert os.listdir(tmp_path / "serving_model") == [os.path.basename(pushed)]
+    third = _run(argv, tmp_path)
+    third.pop("latest_blessed_model_resolver")
+    assert set(third.values()) == {"CACHED"}
+
+
+def test_code_fingerprint_changes_with_the_source(tmp_path, monkeypatch):
+    from pipeline import fingerprints
+
+    module = tmp_path / "user_code_probe.py"
+    module.write_text("def preprocessing_fn(inputs):\n    return inputs\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    before = fingerprints.code_fingerprint(["user_code_probe"])
+    assert before == fingerprints.code_fingerprint(["user_code_probe"])
+    import importlib
+    import sys
+
+    module.write_text("def preprocessing_fn(inputs):\n    return dict(inputs)\n")
+    sys.modules.pop("user_code_probe")
+    importlib.invalidate_caches()
+    assert fingerprints.code_fingerprint(["user_code_probe"]) != before

@@ -1,0 +1,227 @@
+"""Tests of the exported SavedModel: a fresh process with only TensorFlow captions JPEG bytes
+like the in-process model, the signatures saved_model_cli lists, batching, beam width 1, bad
+bytes, serving-time tokenisation, and the command-line captioner."""
+
+import glob
+import json
+import os
+import subprocess
+import sys
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+import tensorflow_transform as tft
+
+from components import caption_text, resnet_features
+from components.serving import captioner
+from components.trainer import model as model_lib
+from components.trainer import run_fn
+from components.transform import preprocessing
+from tests.paths import REPO_ROOT
+
+pytestmark = pytest.mark.slow
+SAVED_MODEL_CLI = os.path.join(os.path.dirname(sys.executable), "saved_model_cli")
+
+
+@pytest.fixture(scope="module")
+def trained(trained_demo_model):
+    return trained_demo_model
+
+
+@pytest.fixture(scope="module")
+def loaded(trained):
+    return tf.saved_model.load(trained["serving_model"])
+
+
+def _test_images(trained, count=3):
+    dataset = trained["dataset"]
+    names = sorted(dataset.splits["test"] + dataset.splits["dev"])[:count]
+    paths = [os.path.join(dataset.data_dir, "Flicker8k_Dataset", name) for name in names]
+    return paths, [open(path, "rb").read() for path in paths]
+
+
+def _in_process_greedy(trained, image_bytes):
+    """The Keras model over the whole prefix at each step (no incremental decoding) on the
+    ingestion feature extractor's output: greedy, written out here as the reference."""
+    decoder = keras.models.load_model(os.path.join(trained["model_run"], run_fn.DECODER_FILE),
+                                      compile=False)
+    image_encoder, text_decoder = model_lib.split_model(decoder)
+    extractor = resnet_features.build_feature_extractor(trained["config"].features)
+    words, _, facts = preprocessing.read_transform_assets(
+        tft.TFTransformOutput(trained["transform_graph"]))
+    pixels = tf.io.decode_image(image_bytes, channels=3, expand_animations=False)
+    features = extractor(resnet_features.resize_for_resnet(pixels, 224)[tf.newaxis])
+    projection = image_encoder(features)
+    ids, score = [caption_text.START_ID], 0.0
+    while len(ids) < facts["max_caption_length"] and ids[-1] != caption_text.END_ID:
+        logits = text_decoder({"image_projection": projection, "input_ids": tf.constant([ids])})
+        log_probs = tf.nn.log_softmax(logits[0, -1]).numpy()
+        log_probs[[caption_text.PAD_ID, caption_text.START_ID, caption_text.UNK_ID]] = -np.inf
+        ids.append(int(np.argmax(log_probs)))
+        score += float(log_probs[ids[-1]])
+    tokens = ids[1:] + [caption_text.PAD_ID] * (facts["max_caption_length"] - len(ids))
+    vocabulary = list(facts["reserved_tokens"]) + words
+    caption = " ".join(vocabulary[token] for token in ids[1:]  # nothing follows <end>
+                       if token >= caption_text.NUM_RESERVED_IDS)
+    return caption, np.array(tokens), score
+
+
+FRESH_PROCESS = """
+import json, os, sys
+repo, model_dir, image_paths = sys.argv[1], sys.argv[2], sys.argv[3:]
+sys.path = [p for p in sys.path if p and os.path.realpath(p) != repo]
+import importlib.util
+assert importlib.util.find_spec("components") is None, "this project is importable"
+import tensorflow as tf
+model = tf.saved_model.load(model_dir)
+outputs = model.signatures["serving_default"](
+    images=tf.constant([open(path, "rb").read() for path in image_paths]))
+print(json.dumps({"caption": [c.decode() for c in outputs["caption"].numpy()],
+                  "tokens": outputs["tokens"].numpy().tolist(),
+                  "score": outputs["score"].numpy().tolist()}))
+"""
+
+
+def test_fresh_process_without_this_repo_captions_like_the_in_process_model(trained, tmp_path):
+    paths, images = _test_images(trained)
+    completed = subprocess.run(
+        [sys.executable, "-I", "-c", FRESH_PROCESS, os.path.realpath(REPO_ROOT),
+         trained["serving_model"], *paths],
+        cwd=str(tmp_path), capture_output=True, text=True, timeout=600)
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    served = json.loads(completed.stdout.strip().splitlines()[-1])
+    for index, image_bytes in enumerate(images):
+        caption, ids, score = _in_process_greedy(trained, image_bytes)
+        assert served["caption"][index] == caption
+        assert served["tokens"][index] == ids.tolist()
+        assert served["score"][index] == pytest.approx(score, abs=1e-3)
+    assert all(served["caption"]), "the trained demo model should say something"
+
+
+def test_saved_model_cli_lists_the_documented_signatures(trained):
+    listing = subprocess.run([SAVED_MODEL_CLI, "show", "--dir", trained["serving_model"], "--all"],
+                             capture_output=True, text=True, check=True, timeout=300).stdout
+    blocks = {block.split("'", 1)[0]: block
+              for block in listing.split("signature_def['")[1:]}
+    assert {"serving_default", "beam_search", "image_features", "caption_features", "caption_features_beam",
+            "serving_examples", "transform_features"} <= set(blocks)
+    for name, inputs in {"serving_default": ["images"], "beam_search": ["images", "beam_width"],
+                         "caption_features": ["image_features"], "serving_examples": ["examples"],
+                         "caption_features_beam": ["image_features", "beam_width"]}.items():
+        block = blocks[name]
+        for input_name in inputs:
+            assert f"inputs['{input_name}']" in block, (name, input_name)
+        for output_name, dtype in (("caption", "DT_STRING"), ("tokens", "DT_INT32"),
+                                   ("score", "DT_FLOAT")):
+            output_block = block.split(f"outputs['{output_name}']", 1)[1]
+            assert output_block.split("dtype: ", 1)[1].startswith(dtype), (name, output_name)
+    assert "inputs['images'] tensor_info:\n        dtype: DT_STRING" in blocks["serving_default"]
+    assert "DT_INT32" in blocks["beam_search"].split("inputs['beam_width']", 1)[1]
+    feature_maps = blocks["image_features"].split("outputs['image_features']", 1)[1]
+    assert "DT_FLOAT" in feature_maps and "shape: (-1, 49, 2048)" in feature_maps
+
+
+def test_serving_feature_extractor_matches_ingestion(loaded, trained):
+    """The same weights, resize and preprocessing as ingestion: features of the same JPEG agree
+    (up to float16 storage and Pillow-vs-TensorFlow JPEG decoding)."""
+    paths = sorted(glob.glob(os.path.join(trained["examples"], "Split-test", "*")))
+    record = tf.train.Example.FromString(next(iter(tf.data.TFRecordDataset(paths))).numpy())
+    image_id = record.features.feature["image_id"].bytes_list.value[0].decode()
+    ingested = np.frombuffer(record.features.feature["image_features"].bytes_list.value[0],
+                             "<f2").reshape(49, 2048).astype(np.float32)
+    image_path = os.path.join(trained["dataset"].data_dir, "Flicker8k_Dataset", image_id)
+    served = loaded.signatures["image_features"](
+        images=tf.constant([open(image_path, "rb").read()]))["image_features"].numpy()[0]
+    assert np.corrcoef(served.ravel(), ingested.ravel())[0, 1] > 0.999
+    assert np.abs(served - ingested).mean() < 0.02 * np.abs(ingested).mean()
+
+
+def test_batched_images_get_the_same_captions_as_one_at_a_time(loaded, trained):
+    _, images = _test_images(trained)
+    batched = loaded.signatures["serving_default"](images=tf.constant(images))
+    for index, image_bytes in enumerate(images):
+        alone = loaded.signatures["serving_default"](images=tf.constant([image_bytes]))
+        assert alone["caption"].numpy()[0] == batched["caption"].numpy()[index]
+        np.testing.assert_allclose(alone["score"].numpy()[0], batched["score"].numpy()[index],
+                                   rtol=1e-4)
+
+
+def test_beam_width_one_equals_greedy_and_wider_beams_score_at_least_as_high(loaded, trained):
+    _, images = _test_images(trained)
+    greedy = loaded.signatures["serving_default"](images=tf.constant(images))
+    width_one = loaded.signatures["beam_search"](images=tf.constant(images), beam_width=tf.constant(1))
+    np.testing.assert_array_equal(width_one["tokens"].numpy(), greedy["tokens"].numpy())
+    wide = loaded.signatures["beam_search"](images=tf.constant(images), beam_width=tf.constant(4))
+    assert np.all(wide["score"].numpy() >= greedy["score"].numpy() - 1e-4)
+
+
+def test_corrupt_bytes_give_a_clear_error_and_the_model_keeps_serving(loaded, trained):
+    _, images = _test_images(trained, count=1)
+    for corrupt in (b"", b"not an image at all", images[0][:20]):
+        with pytest.raises(tf.errors.InvalidArgumentError,
+                           match="(?i)image|jpeg|format|truncated|corrupt"):
+            loaded.signatures["serving_default"](images=tf.constant([corrupt]))
+    assert loaded.signatures["serving_default"](images=tf.constant(images))["caption"].shape == (1,)
+
+
+def test_examples_and_features_signatures_agree_with_serving_tokenisation(loaded, trained):
+    """serving_examples on ingested records = caption_features on their features, and
+    transform_features tokenises raw records exactly as the training data was."""
+    raw_paths = sorted(glob.glob(os.path.join(trained["examples"], "Split-test", "*")))
+    raw_records = [record.numpy() for record in tf.data.TFRecordDataset(raw_paths)]
+    from_examples = loaded.signatures["serving_examples"](examples=tf.constant(raw_records))
+    features = np.stack([np.frombuffer(tf.train.Example.FromString(record).features
+                                       .feature["image_features"].bytes_list.value[0], "<f2")
+                         .reshape(49, 2048).astype(np.float32) for record in raw_records])
+    from_features = loaded.signatures["caption_features"](image_features=tf.constant(features))
+    np.testing.assert_array_equal(from_examples["tokens"].numpy(), from_features["tokens"].numpy())
+
+    transformed = loaded.signatures["transform_features"](examples=tf.constant(raw_records))
+    expected = {}
+    for path in glob.glob(os.path.join(trained["transformed"], "Split-test", "*")):
+        for record in tf.data.TFRecordDataset(path, compression_type="GZIP"):
+            feature = tf.train.Example.FromString(record.numpy()).features.feature
+            expected[feature["image_id"].bytes_list.value[0]] = list(
+                feature[preprocessing.CAPTION_IDS].int64_list.value)
+    caption_ids = tf.sparse.to_dense(transformed[preprocessing.CAPTION_IDS]) if isinstance(
+        transformed[preprocessing.CAPTION_IDS], tf.SparseTensor) else transformed[preprocessing.CAPTION_IDS]
+    image_ids = transformed["image_id"].numpy().reshape(-1)
+    assert len(expected) == len(raw_records) > 0
+    for image_id, ids in zip(image_ids, caption_ids.numpy(), strict=True):
+        assert list(ids[:len(expected[image_id])]) == expected[image_id]
+
+
+def test_command_line_captioner(trained, tmp_path, capsys):
+    paths, images = _test_images(trained, count=2)
+    served = tf.saved_model.load(trained["serving_model"]).signatures["serving_default"](
+        images=tf.constant(images))["caption"].numpy()
+
+    assert captioner.main(["caption", "--model", trained["serving_model"], *paths]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert lines == [f"{path}\t{caption.decode()}" for path, caption in zip(paths, served, strict=True)]
+
+    not_an_image = tmp_path / "notes.jpg"
+    not_an_image.write_text("this is text")
+    missing = tmp_path / "missing.jpg"
+    assert captioner.main(["caption", "--model", trained["serving_model"], "--beam-width", "2",
+                           str(missing), str(not_an_image), paths[0]]) == captioner.EXIT_BAD_INPUT
+    captured = capsys.readouterr()
+    assert f"{missing}: no such file" in captured.err
+    assert f"{not_an_image}: not a readable JPEG/PNG/GIF/BMP image" in captured.err
+    assert captured.out.startswith(f"{paths[0]}\t") and len(captured.out.strip().splitlines()) == 1
+
+    empty = tmp_path / "empty_model"
+    empty.mkdir()
+    assert captioner.main(["caption", "--model", str(empty), paths[0]]) == captioner.EXIT_BAD_MODEL
+    assert "No SavedModel in" in capsys.readouterr().err
+
+
+def test_captioner_picks_the_newest_complete_version_of_a_push_destination(trained, tmp_path):
+    destination = tmp_path / "pushed"
+    destination.mkdir()
+    os.symlink(trained["serving_model"], destination / "100")
+    (destination / "200").mkdir()  # a newer version still being copied: no saved_model.pb yet
+    (destination / ".staging-300-abcd").mkdir()
+    assert captioner.resolve_model_dir(str(destination)) == str(destination / "100")

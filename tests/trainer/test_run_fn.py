@@ -1,0 +1,151 @@
+"""Tests of the Trainer's run_fn path: 2 replicas, learning, NaN guard, resume after interruption
+and after kill -9."""
+
+import glob
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from components import config as config_lib
+from components.ingestion import demo_data
+from components.trainer import inputs, run_fn
+from components.trainer import model as model_lib
+from tests import model_fixtures
+from tests.paths import REPO_ROOT
+
+pytestmark = pytest.mark.slow
+
+
+def _raw_examples(count, seed):
+    """Demo captions with features that encode the colour of the first shape."""
+    rng = np.random.RandomState(seed)
+    colours = list(demo_data.COLOURS)
+    rows = []
+    for number in range(count):
+        spec = demo_data.ShapeSpec(colours[number % 4], demo_data.SHAPES[number % 3], "small",
+                                   list(demo_data.POSITIONS)[number % 5])
+        features = rng.normal(0, 0.1, size=(49, 2048)).astype(np.float32)
+        features[:, number % 4] += 3.0
+        rows.append({"image_id": f"{number}.jpg".encode(),
+                     "image_features": features.astype("<f2").tobytes(),
+                     "captions": [caption.encode() for caption in demo_data.captions_for([spec])],
+                     "caption_indices": list(range(5))})
+    return rows
+
+
+@pytest.fixture(scope="module")
+def transformed(tmp_path_factory):
+    pipeline_config = config_lib.PipelineConfig(
+        transform=config_lib.TransformConfig(vocab_frequency_threshold=1))
+    root = tmp_path_factory.mktemp("transformed")
+    model_fixtures.transform_splits(str(root), {"train": _raw_examples(48, 0),
+                                                "dev": _raw_examples(12, 1)}, pipeline_config)
+    return root
+
+
+def _config(**trainer):
+    values = dict(model_fixtures.SMALL_TRAINER, epochs=4)
+    values.update(trainer)
+    return config_lib.PipelineConfig(trainer=config_lib.TrainerConfig(**values))
+
+
+def _train(transformed, out, pipeline_config, extra_callbacks=()):
+    return run_fn.train(pipeline_config, [str(transformed / "Split-train" / "*")],
+                        [str(transformed / "Split-dev" / "*")], str(transformed / "transform_graph"),
+                        str(out / "run"), str(out / "serving"), str(out / "backup"), extra_callbacks)
+
+
+def test_two_replicas_train_learn_and_write_the_model(transformed, tmp_path):
+    assert run_fn.make_strategy().num_replicas_in_sync == 2
+    history = _train(transformed, tmp_path, _config())
+    assert history["val_loss"][-1] < history["val_loss"][0]
+    saved = json.loads((tmp_path / "run" / run_fn.HISTORY_FILE).read_text())
+    assert saved["loss"] == pytest.approx(history["loss"]) and len(saved["val_masked_accuracy"]) == 4
+    model = keras.models.load_model(str(tmp_path / "run" / run_fn.DECODER_FILE), compile=False)
+    facts = json.loads((tmp_path / "serving" / "assets.extra" / run_fn.FACTS_FILE).read_text())
+    assert model.output_shape[-1] == facts["vocabulary_size"]
+    assert (tmp_path / "serving" / "saved_model.pb").exists()
+    assert glob.glob(str(tmp_path / "run" / "tensorboard" / "train" / "*"))
+    # The model standardises features with the train split's statistics, and keeps them.
+    train_features = np.stack([np.frombuffer(row["image_features"], "<f2").reshape(49, 2048)
+                               for row in _raw_examples(48, 0)]).astype(np.float64).reshape(-1, 2048)
+    standardise = model_lib.split_model(model)[0].get_layer(model_lib.FEATURE_STANDARDIZATION)
+    np.testing.assert_allclose(np.ravel(standardise.get_config()["mean"]), train_features.mean(axis=0),
+                               rtol=1e-3, atol=1e-4)
+    np.testing.assert_allclose(np.ravel(standardise.get_config()["variance"]),
+                               train_features.var(axis=0), rtol=1e-2)
+
+
+def test_nan_loss_stops_training_and_writes_no_model(transformed, tmp_path):
+    class PoisonWeights(keras.callbacks.Callback):
+        def on_train_batch_end(self, batch, logs=None):
+            if batch == 1:
+                layer = self.model.get_layer("text_decoder").get_layer("logits")
+                layer.kernel.assign(tf.fill(layer.kernel.shape, np.float32("nan")))
+
+    with pytest.raises(run_fn.NonFiniteLossError):
+        _train(transformed, tmp_path, _config(), extra_callbacks=[PoisonWeights()])
+    assert not (tmp_path / "serving").exists() and not (tmp_path / "run" / run_fn.DECODER_FILE).exists()
+
+
+def test_interrupted_training_resumes_and_runs_only_the_remaining_epochs(transformed, tmp_path):
+    class Interrupt(keras.callbacks.Callback):
+        def on_epoch_end(self, epoch, logs=None):
+            if epoch == 1:
+                raise KeyboardInterrupt("simulated preemption after epoch 2")
+
+    with pytest.raises(KeyboardInterrupt):
+        _train(transformed, tmp_path, _config(), extra_callbacks=[Interrupt()])
+    history = _train(transformed, tmp_path, _config())
+    assert len(history["loss"]) == 2  # epochs 3 and 4 only
+
+
+def test_killed_training_resumes_from_backup(transformed, tmp_path):
+    script = (
+        "import sys, pathlib\n"
+        "from tests import conftest\n"
+        "conftest.pytest_configure(None)\n"
+        "from tests.trainer.test_run_fn import _train, _config\n"
+        "_train(pathlib.Path(sys.argv[1]), pathlib.Path(sys.argv[2]), _config(epochs=6))\n")
+    job = subprocess.Popen([sys.executable, "-c", script, str(transformed), str(tmp_path)],
+                           cwd=REPO_ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 300
+    while time.time() < deadline and job.poll() is None:
+        if glob.glob(str(tmp_path / "backup" / "**" / "*.json"), recursive=True) or glob.glob(
+                str(tmp_path / "backup" / "*")):
+            time.sleep(1.0)  # let the first epoch's backup finish writing
+            break
+        time.sleep(0.2)
+    os.kill(job.pid, signal.SIGKILL)
+    job.wait()
+    assert job.returncode == -signal.SIGKILL, "training finished before it could be killed"
+    history = _train(transformed, tmp_path, _config(epochs=6))
+    assert 1 <= len(history["loss"]) < 6
+    assert (tmp_path / "serving" / "saved_model.pb").exists()
+
+
+def test_batches_that_do_not_split_evenly_over_the_replicas(transformed, tmp_path):
+    """5 dev captions over 2 replicas (3 + 2): every caption is still evaluated."""
+    one_image = tmp_path / "one_dev_image.gz"
+    first_record = next(iter(tf.data.TFRecordDataset(
+        sorted(glob.glob(str(transformed / "Split-dev" / "*"))), compression_type="GZIP")))
+    with tf.io.TFRecordWriter(str(one_image), options="GZIP") as writer:
+        writer.write(first_record.numpy())
+    facts = json.loads(tf.io.read_file(str(
+        transformed / "transform_graph" / "transform_fn" / "assets" / "caption_facts.json")).numpy())
+    batches = list(inputs.make_dataset([str(one_image)], facts["max_caption_length"], 16, shuffle=False))
+    assert len(batches) == 1 and batches[0][1].shape[0] == 16  # filled up to the global batch
+    real_captions = np.sum(np.any(batches[0][1].numpy() != 0, axis=1))
+    assert real_captions == 5 and np.all(batches[0][0]["input_ids"].numpy()[5:] == 0)
+    history = run_fn.train(_config(epochs=1), [str(transformed / "Split-train" / "*")],
+                           [str(one_image)], str(transformed / "transform_graph"),
+                           str(tmp_path / "run"), str(tmp_path / "serving"), str(tmp_path / "backup"))
+    assert np.isfinite(history["val_loss"][0])
