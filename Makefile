@@ -64,11 +64,13 @@ install: $(STAMP)
 check-java:
 	@command -v java >/dev/null 2>&1 || { echo "A Java runtime is needed for the caption metrics (pycocoevalcap's PTB tokenizer and METEOR) and none is on PATH. Install one, e.g. 'sudo apt-get install default-jre-headless' (Debian/Ubuntu) or 'brew install openjdk' (macOS)." >&2; exit 1; }
 
+# The CI command: every test, then the 15 slowest.
 test: $(STAMP) check-java
-	$(PY) -m pytest $(PYTEST_ARGS)
+	$(PY) -m pytest --durations=15 $(PYTEST_ARGS)
 
+# While developing: no slow or e2e tests (under 5 minutes on 2 cores).
 test-fast: $(STAMP) check-java
-	$(PY) -m pytest -m "not slow and not e2e" $(PYTEST_ARGS)
+	$(PY) -m pytest -m "not slow and not e2e" --durations=5 $(PYTEST_ARGS)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check components pipeline tests benchmarks setup.py

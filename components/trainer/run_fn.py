@@ -77,6 +77,9 @@ def train(pipeline_config: config_lib.PipelineConfig, train_files: List[str], ev
           backup_directory: str, extra_callbacks=()) -> dict:
     """Trains and writes the model; returns the history. Used by ``run_fn`` and tests."""
     trainer = pipeline_config.trainer
+    # Before any dataset or layer is built: tf.data's shuffle seeds and the initial weights
+    # then depend on the config alone, not on what the process ran before.
+    keras.utils.set_random_seed(trainer.seed)
     words, matrix, facts = preprocessing.read_transform_assets(
         tft.TFTransformOutput(transform_output_dir))
     max_caption_length = facts["max_caption_length"]
@@ -98,7 +101,6 @@ def train(pipeline_config: config_lib.PipelineConfig, train_files: List[str], ev
     logging.info("Image features standardised per channel: mean %.3f, std %.3f on average over "
                  "the channels.", feature_mean.mean(), np.sqrt(feature_variance).mean())
     with strategy.scope():
-        keras.utils.set_random_seed(trainer.seed)
         model = model_lib.build_captioning_model(
             trainer, matrix.shape[0], matrix, fine_tune_embedding=fine_tune,
             feature_statistics=(feature_mean, feature_variance))
