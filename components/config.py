@@ -15,14 +15,28 @@ TensorFlow, so every layer can depend on it.
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import json
+import math
+import re
 import typing
 from typing import Any, Mapping
 
 # Where the Keras application weights are looked up; "random" never touches disk.
 RESNET_WEIGHTS_RANDOM = "random"
 RESNET_WEIGHTS_IMAGENET = "imagenet"
+# The dataset's splits, in pipeline order, and the caption metrics the evaluator computes.
+SPLITS = ("train", "dev", "test")
+CAPTION_METRIC_NAMES = ("BLEU-1", "BLEU-2", "BLEU-3", "BLEU-4", "METEOR", "ROUGE-L", "CIDEr")
+# The feature layout the schema, the validation gate and the Trainer read: ResNet50's 7x7 grid
+# needs ceil(image_size / 32) == 7, and the features are stored as float16.
+RESNET_GRID_IMAGE_SIZES = range(193, 225)
+FEATURE_DTYPES = ("float16",)
+
+
+class ConfigError(ValueError):
+    """A configuration value out of its range; the message names every bad key and value."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -183,6 +197,20 @@ class PipelineConfig:
     cloud: CloudConfig = dataclasses.field(default_factory=CloudConfig)
     runtime: RuntimeConfig = dataclasses.field(default_factory=RuntimeConfig)
 
+    def validate(self) -> PipelineConfig:
+        """Checks ranges, enums and cross-field rules of every section present; returns ``self``.
+
+        Raises :class:`ConfigError` naming each bad key, its value and what is allowed. Runners
+        call it when they build the config, before any component runs.
+        """
+        problems = [problem for section in dataclasses.fields(self)
+                    if getattr(self, section.name) is not None
+                    for problem in _SECTION_RULES[section.name](getattr(self, section.name))]
+        problems += _cross_section_problems(self)
+        if problems:
+            raise ConfigError("Invalid configuration:\n  " + "\n  ".join(problems))
+        return self
+
     def to_dict(self) -> dict:
         """A JSON-serialisable dict (tuples become lists)."""
         return json.loads(self.to_json())
@@ -218,6 +246,135 @@ class PipelineConfig:
         return PipelineConfig.from_dict(values)
 
 
+def _problem(key: str, value: Any, allowed: str) -> str:
+    return f"{key}={value!r}: {allowed}"
+
+
+def _finite(value: Any) -> bool:
+    return isinstance(value, (int, float)) and math.isfinite(value)
+
+
+def _rules(section: str, checks) -> Any:
+    """A section's checker from ``(field, predicate, allowed)`` rows."""
+    def check(values) -> list:
+        return [_problem(f"{section}.{name}", getattr(values, name), allowed)
+                for name, predicate, allowed in checks if not predicate(getattr(values, name))]
+    return check
+
+
+def _at_least(minimum):
+    return lambda value: _finite(value) and value >= minimum
+
+
+def _positive(value) -> bool:
+    return _finite(value) and value > 0
+
+
+def _non_empty(value) -> bool:
+    return isinstance(value, str) and bool(value.strip())
+
+
+def _fractions(values) -> bool:
+    return (len(values) == 3 and all(_finite(value) and 0 < value < 1 for value in values)
+            and abs(sum(values) - 1.0) < 1e-6)
+
+
+_SECTION_RULES = {
+    "data": _rules("data", [
+        ("image_dir_name", _non_empty, "must name the image folder"),
+        ("captions_file", _non_empty, "must name the captions file"),
+        ("train_split_file", _non_empty, "must name the train split list"),
+        ("dev_split_file", _non_empty, "must name the dev split list"),
+        ("test_split_file", _non_empty, "must name the test split list"),
+        ("demo_num_images", _at_least(3), "must be >= 3 (one image per split at least)"),
+        ("demo_seed", _at_least(0), "must be >= 0"),
+        ("demo_split_fractions", _fractions, "must be 3 fractions in (0, 1) for train, dev, test "
+                                              "that sum to 1"),
+    ]),
+    "features": _rules("features", [
+        ("resnet_weights", _non_empty, f"must be {RESNET_WEIGHTS_RANDOM!r}, "
+                                       f"{RESNET_WEIGHTS_IMAGENET!r} or a weights file path"),
+        ("random_weights_seed", _at_least(0), "must be >= 0"),
+        ("image_size", lambda value: value in RESNET_GRID_IMAGE_SIZES,
+         f"must be in {RESNET_GRID_IMAGE_SIZES.start}..{RESNET_GRID_IMAGE_SIZES.stop - 1} "
+         "(ResNet50's 7x7 grid: the [49, 2048] feature layout the schema and the Trainer read)"),
+        ("max_image_pixels", _positive, "must be > 0"),
+        ("inference_batch_size", _at_least(1), "must be >= 1"),
+        ("feature_dtype", lambda value: value in FEATURE_DTYPES,
+         f"must be one of {list(FEATURE_DTYPES)} (the schema and the Trainer read float16)"),
+    ]),
+    "transform": _rules("transform", [
+        ("glove_zip_member", _non_empty, "must name the GloVe file inside a zip"),
+        ("embedding_dim", _at_least(1), "must be >= 1"),
+        ("max_caption_length", lambda value: value == 0 or (_finite(value) and value >= 3),
+         "must be 0 (derived from the train captions) or >= 3 (start, a word, end)"),
+        ("max_caption_length_quantile", lambda value: _finite(value) and 0 < value <= 1,
+         "must be in (0, 1]"),
+        ("vocab_frequency_threshold", _at_least(1), "must be >= 1"),
+        ("vocab_top_k", _at_least(0), "must be >= 0 (0: no limit)"),
+    ]),
+    "trainer": _rules("trainer", [
+        ("image_dense_units", lambda value: len(value) > 0 and all(
+            isinstance(units, int) and units >= 1 for units in value),
+         "must be a non-empty list of layer sizes >= 1"),
+        ("lstm_units", _at_least(1), "must be >= 1"),
+        ("second_lstm_units", _at_least(1), "must be >= 1"),
+        ("attention_heads", _at_least(1), "must be >= 1"),
+        ("attention_key_dim", _at_least(1), "must be >= 1"),
+        ("dropout_rate", lambda value: _finite(value) and 0 <= value < 1, "must be in [0, 1)"),
+        ("per_replica_batch_size", _at_least(1), "must be >= 1"),
+        ("epochs", _at_least(1), "must be >= 1"),
+        ("learning_rate", _positive, "must be finite and > 0"),
+        ("warmup_steps", _at_least(0), "must be >= 0"),
+        ("clipnorm", _positive, "must be finite and > 0"),
+        ("early_stopping_patience", _at_least(0), "must be >= 0"),
+        ("seed", _at_least(0), "must be >= 0"),
+    ]),
+    "export": _rules("export", [
+        ("max_decode_length", _at_least(0), "must be >= 0 (0: the Transform's maximum caption length)"),
+        ("beam_length_alpha", _at_least(0), "must be finite and >= 0"),
+    ]),
+    "evaluation": _rules("evaluation", [
+        ("splits", lambda value: len(value) > 0 and len(set(value)) == len(value)
+         and set(value) <= set(SPLITS), f"must be distinct splits among {list(SPLITS)}"),
+        ("bless_metric", lambda value: value in CAPTION_METRIC_NAMES,
+         f"must be one of {list(CAPTION_METRIC_NAMES)}"),
+        ("bless_threshold", _at_least(0), "must be finite and >= 0"),
+        ("max_regression", _at_least(0), "must be finite and >= 0"),
+        ("beam_width", _at_least(0), "must be >= 0 (0: greedy)"),
+        ("report_images", _at_least(0), "must be >= 0"),
+    ]),
+    "cloud": _rules("cloud", [
+        ("dataflow_max_workers", _at_least(1), "must be >= 1"),
+        ("trainer_accelerator_count", _at_least(0), "must be >= 0"),
+    ]),
+    "runtime": _rules("runtime", [
+        ("pipeline_name", lambda value: isinstance(value, str) and re.fullmatch(
+            r"[a-z0-9][a-z0-9-]{0,127}", value) is not None,
+         "must be lower-case letters, digits and '-' (a Kubeflow/Vertex pipeline name)"),
+        ("output_dir", _non_empty, "must name a directory"),
+        ("beam_runner", _non_empty, "must name a Beam runner"),
+        ("direct_num_workers", _at_least(0), "must be >= 0 (0: one per CPU core)"),
+    ]),
+}
+
+
+def _cross_section_problems(pipeline_config: PipelineConfig) -> list:
+    problems = []
+    evaluation = pipeline_config.evaluation
+    if evaluation is not None:
+        if evaluation.bless_split not in evaluation.splits:
+            problems.append(_problem("evaluation.bless_split", evaluation.bless_split,
+                                     f"must be one of evaluation.splits {list(evaluation.splits)}"))
+        if evaluation.bless_split == "train":
+            problems.append(_problem("evaluation.bless_split", evaluation.bless_split,
+                                     "must not be train: a model is blessed on data it did not fit"))
+        if evaluation.bless_metric == "METEOR" and not evaluation.with_meteor:
+            problems.append(_problem("evaluation.bless_metric", evaluation.bless_metric,
+                                     "needs evaluation.with_meteor=true"))
+    return problems
+
+
 def parse_override_args(assignments: typing.Iterable[str]) -> dict:
     """Turns ``["trainer.epochs=3", ...]`` (``--set`` flags) into an override dict."""
     overrides = {}
@@ -227,6 +384,41 @@ def parse_override_args(assignments: typing.Iterable[str]) -> dict:
             raise ValueError(f"Override {assignment!r} is not of the form section.field=value.")
         overrides[key.strip()] = value
     return overrides
+
+
+# The command-line flags every entry point shares, and the config key each one sets.
+CONFIG_FLAGS = {
+    "output_dir": ("runtime.output_dir", "where every output goes"),
+    "data_dir": ("data.data_dir", "Flickr8k-layout folder, local or gs:// (default: demo data)"),
+    "glove": ("transform.glove_path", "GloVe .txt, .txt.gz or Stanford .zip"),
+    "resnet_weights": ("features.resnet_weights",
+                       "'random', 'imagenet' (Keras cache) or a weights file path/URI"),
+    "project": ("cloud.project", "Google Cloud project"),
+    "region": ("cloud.region", "Google Cloud region"),
+    "bucket": ("cloud.bucket", "gs://BUCKET for pipeline_root, serving_model, tmp"),
+    "image": ("cloud.image", "the pipeline image"),
+}
+
+
+def add_config_flags(parser: argparse.ArgumentParser, names: typing.Sequence[str],
+                     required: typing.Sequence[str] = ()) -> argparse.ArgumentParser:
+    """Adds ``--NAME`` for each of ``names`` (keys of :data:`CONFIG_FLAGS`) and ``--set``."""
+    for name in names:
+        parser.add_argument(f"--{name}", default="", required=name in required,
+                            help=f"{CONFIG_FLAGS[name][1]} ({CONFIG_FLAGS[name][0]})")
+    parser.add_argument("--set", action="append", default=[], metavar="SECTION.FIELD=VALUE",
+                        help="any other config override; repeatable")
+    return parser
+
+
+def config_from_flags(args: argparse.Namespace,
+                      base: typing.Optional[PipelineConfig] = None) -> PipelineConfig:
+    """The validated config that ``--set`` and the named flags of :func:`add_config_flags` ask
+    for; a named flag given a value wins over the same key in ``--set``."""
+    overrides = parse_override_args(args.set or [])
+    overrides.update({key: getattr(args, name) for name, (key, _) in CONFIG_FLAGS.items()
+                      if getattr(args, name, "")})
+    return (base or PipelineConfig()).with_overrides(overrides).validate()
 
 
 def _field_types(dataclass_type: type) -> dict:
@@ -303,5 +495,6 @@ def _coerce_scalar(item: Any) -> Any:
 
 __all__ = [
     "DataConfig", "FeaturesConfig", "TransformConfig", "TrainerConfig", "ExportConfig",
-    "EvaluationConfig", "CloudConfig", "RuntimeConfig", "PipelineConfig", "parse_override_args",
+    "EvaluationConfig", "CloudConfig", "RuntimeConfig", "PipelineConfig", "ConfigError",
+    "parse_override_args", "add_config_flags", "config_from_flags", "CONFIG_FLAGS",
 ]

@@ -144,12 +144,7 @@ def submit(pipeline_config: config_lib.PipelineConfig, pipeline_file: str) -> st
 
 
 def build_config(args: argparse.Namespace) -> config_lib.PipelineConfig:
-    overrides = config_lib.parse_override_args(args.set or [])
-    named = {"cloud.project": args.project, "cloud.region": args.region, "cloud.bucket": args.bucket,
-             "cloud.image": args.image, "data.data_dir": args.data_dir,
-             "transform.glove_path": args.glove, "features.resnet_weights": args.resnet_weights}
-    overrides.update({key: value for key, value in named.items() if value})
-    pipeline_config = config_lib.PipelineConfig().with_overrides(overrides)
+    pipeline_config = config_lib.config_from_flags(args)
     if not pipeline_config.data.data_dir:
         pipeline_config = dataclasses.replace(pipeline_config, data=dataclasses.replace(
             pipeline_config.data, data_dir=bucket_uri(pipeline_config.cloud, "flickr8k")))
@@ -161,12 +156,11 @@ def _parse_args(argv: Sequence[str]) -> argparse.Namespace:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("command", choices=("compile", "submit"))
     parser.add_argument("--output_file", default="outputs/kfp/flickr8k-captioning.json")
-    for name in ("project", "region", "bucket", "image", "data_dir", "glove", "resnet_weights"):
-        parser.add_argument(f"--{name}", default="")
+    config_lib.add_config_flags(
+        parser, ("project", "region", "bucket", "image", "data_dir", "glove", "resnet_weights"))
     parser.add_argument("--no_data_fingerprint", action="store_true",
                         help="do not read DATA_DIR from here (no GCS credentials)")
     parser.add_argument("--disable_cache", action="store_true")
-    parser.add_argument("--set", action="append", metavar="SECTION.FIELD=VALUE")
     return parser.parse_args(argv)
 
 

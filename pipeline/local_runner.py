@@ -27,17 +27,8 @@ SCHEMA_PATH = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__fil
 
 
 def build_config(args: argparse.Namespace) -> config_lib.PipelineConfig:
-    """The config the command line asks for, before the demo data is resolved."""
-    pipeline_config = config_lib.PipelineConfig()
-    overrides = config_lib.parse_override_args(args.set or [])
-    named = {
-        "runtime.output_dir": args.output_dir,
-        "data.data_dir": args.data_dir,
-        "transform.glove_path": args.glove,
-        "features.resnet_weights": args.resnet_weights,
-    }
-    overrides.update({key: value for key, value in named.items() if value})
-    return pipeline_config.with_overrides(overrides)
+    """The validated config the command line asks for, before the demo data is resolved."""
+    return config_lib.config_from_flags(args)
 
 
 def resolve_data(pipeline_config: config_lib.PipelineConfig) -> config_lib.PipelineConfig:
@@ -211,13 +202,7 @@ def print_outputs(pipeline_config: config_lib.PipelineConfig) -> None:
 def _parse_args(argv: Sequence[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m pipeline.local_runner", description=__doc__)
     parser.add_argument("command", choices=("run", "demo-data"))
-    parser.add_argument("--output_dir", default="outputs")
-    parser.add_argument("--data_dir", default="", help="Flickr8k-layout folder (default: demo data)")
-    parser.add_argument("--glove", default="", help="GloVe .txt, .txt.gz or Stanford .zip")
-    parser.add_argument("--resnet_weights", default="",
-                        help="'random', 'imagenet' (Keras cache) or a weights file path/URI")
-    parser.add_argument("--set", action="append", metavar="SECTION.FIELD=VALUE",
-                        help="any other config override; repeatable")
+    config_lib.add_config_flags(parser, ("output_dir", "data_dir", "glove", "resnet_weights"))
     return parser.parse_args(argv)
 
 

@@ -53,3 +53,66 @@ def test_from_dict_rejects_unknown_keys_and_wrong_types():
 def test_override_argument_must_have_equals_sign():
     with pytest.raises(ValueError, match="section.field=value"):
         config_lib.parse_override_args(["trainer.epochs"])
+
+
+@pytest.mark.parametrize("key, value, allowed", [
+    ("trainer.epochs", "0", "must be >= 1"),
+    ("trainer.per_replica_batch_size", "0", "must be >= 1"),
+    ("trainer.dropout_rate", "1.5", "must be in [0, 1)"),
+    ("trainer.dropout_rate", "-0.1", "must be in [0, 1)"),
+    ("trainer.learning_rate", "nan", "must be finite and > 0"),
+    ("trainer.learning_rate", "inf", "must be finite and > 0"),
+    ("trainer.learning_rate", "0", "must be finite and > 0"),
+    ("trainer.clipnorm", "-1", "must be finite and > 0"),
+    ("trainer.lstm_units", "0", "must be >= 1"),
+    ("trainer.image_dense_units", "512,0", "non-empty list of layer sizes"),
+    ("trainer.warmup_steps", "-5", "must be >= 0"),
+    ("evaluation.beam_width", "-1", "must be >= 0"),
+    ("evaluation.bless_metric", "BLEU-5", "must be one of ['BLEU-1'"),
+    ("evaluation.bless_split", "train", "must be one of evaluation.splits"),
+    ("evaluation.bless_split", "validation", "must be one of evaluation.splits"),
+    ("evaluation.splits", "dev,holdout", "must be distinct splits among"),
+    ("evaluation.bless_threshold", "nan", "must be finite and >= 0"),
+    ("evaluation.max_regression", "-inf", "must be finite and >= 0"),
+    ("features.image_size", "0", "must be in 193..224"),
+    ("features.image_size", "256", "must be in 193..224"),
+    ("features.max_image_pixels", "0", "must be > 0"),
+    ("features.inference_batch_size", "0", "must be >= 1"),
+    ("features.feature_dtype", "float32", "must be one of ['float16']"),
+    ("transform.vocab_frequency_threshold", "0", "must be >= 1"),
+    ("transform.max_caption_length", "2", "must be 0 (derived"),
+    ("transform.max_caption_length_quantile", "1.5", "must be in (0, 1]"),
+    ("data.demo_num_images", "2", "must be >= 3"),
+    ("data.demo_split_fractions", "0.5,0.5,0.5", "sum to 1"),
+    ("export.beam_length_alpha", "nan", "must be finite and >= 0"),
+    ("runtime.pipeline_name", "My Pipeline", "lower-case letters"),
+    ("runtime.direct_num_workers", "-1", "must be >= 0"),
+    ("cloud.dataflow_max_workers", "0", "must be >= 1"),
+])
+def test_out_of_range_values_are_refused_naming_key_value_and_what_is_allowed(key, value, allowed):
+    overridden = config_lib.PipelineConfig().with_overrides({key: value})
+    with pytest.raises(config_lib.ConfigError) as raised:
+        overridden.validate()
+    message = str(raised.value)
+    assert f"{key}=" in message and allowed in message, message
+
+
+def test_meteor_blessing_needs_meteor_and_every_problem_is_listed_at_once():
+    overridden = config_lib.PipelineConfig().with_overrides({
+        "evaluation.bless_metric": "METEOR", "evaluation.with_meteor": "false", "trainer.epochs": "0"})
+    with pytest.raises(config_lib.ConfigError, match="needs evaluation.with_meteor=true") as raised:
+        overridden.validate()
+    assert "trainer.epochs=0" in str(raised.value)
+
+
+def test_defaults_and_flags_give_a_valid_config():
+    import argparse
+
+    parser = config_lib.add_config_flags(argparse.ArgumentParser(), ("data_dir", "glove"))
+    args = parser.parse_args(["--data_dir=/data", "--set", "data.data_dir=/other",
+                              "--set", "trainer.epochs=3"])
+    pipeline_config = config_lib.config_from_flags(args)
+    assert pipeline_config.data.data_dir == "/data"  # the named flag wins over --set
+    assert pipeline_config.trainer.epochs == 3 and pipeline_config.validate() is pipeline_config
+    with pytest.raises(config_lib.ConfigError, match="trainer.epochs=0"):
+        config_lib.config_from_flags(parser.parse_args(["--set", "trainer.epochs=0"]))

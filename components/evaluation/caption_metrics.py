@@ -16,7 +16,9 @@ import shutil
 import subprocess
 from typing import Dict, List, Mapping
 
-METRIC_NAMES = ("BLEU-1", "BLEU-2", "BLEU-3", "BLEU-4", "METEOR", "ROUGE-L", "CIDEr")
+from components import config as config_lib
+
+METRIC_NAMES = config_lib.CAPTION_METRIC_NAMES
 
 
 class JavaMissingError(RuntimeError):

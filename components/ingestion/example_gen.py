@@ -88,17 +88,12 @@ def main(argv: Optional[List[str]] = None) -> int:
     logging.set_verbosity(logging.INFO)
     parser = argparse.ArgumentParser(prog="python -m components.ingestion.example_gen", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--data_dir", required=True, help="Flickr8k-layout folder (local or gs://)")
     parser.add_argument("--output_dir", required=True, help="where Split-*/ and rejects/ go")
-    parser.add_argument("--resnet_weights", default="",
-                        help="'random', 'imagenet' (Keras cache) or a weights file path/URI")
-    parser.add_argument("--set", action="append", default=[], metavar="SECTION.FIELD=VALUE")
+    config_lib.add_config_flags(parser, ("data_dir", "resnet_weights"), required=("data_dir",))
     args, beam_args = parser.parse_known_args(sys.argv[1:] if argv is None else argv)
-    overrides = config_lib.parse_override_args(args.set)
-    overrides["data.data_dir"] = args.data_dir
-    if args.resnet_weights:
-        overrides["features.resnet_weights"] = args.resnet_weights
-    pipeline_config = config_lib.PipelineConfig().with_overrides(overrides)
+    # --output_dir is this job's records directory here, not runtime.output_dir.
+    pipeline_config = config_lib.config_from_flags(argparse.Namespace(**{
+        name: value for name, value in vars(args).items() if name != "output_dir"}))
     summary = beam_job.run_ingestion(
         beam.Pipeline(options=PipelineOptions(beam_args)), pipeline_config, args.output_dir)
     log_summary(summary, args.output_dir)
