@@ -220,8 +220,21 @@ class PipelineConfig:
 
     @classmethod
     def from_dict(cls, values: Mapping[str, Any]) -> PipelineConfig:
-        """Rebuilds a config from :meth:`to_dict` output; unknown keys raise."""
-        return _build(cls, values, path="")
+        """Rebuilds a config from :meth:`to_dict` or :meth:`slice_json` output; unknown keys
+        raise. A section absent from ``values`` (a stage's slice) is None, so a stage reading
+        a section it was not given fails at once instead of reading defaults."""
+        if not isinstance(values, Mapping):
+            raise TypeError(f"A config must be a mapping, got {values!r}.")
+        return _build(cls, {section.name: values.get(section.name)
+                            for section in dataclasses.fields(cls)}, path="")
+
+    def slice_json(self, *sections: str) -> str:
+        """The JSON of only ``sections``: what one stage reads, and so all its cache key holds."""
+        unknown = sorted(set(sections) - {section.name for section in dataclasses.fields(self)})
+        if unknown:
+            raise ValueError(f"Unknown config sections {unknown}.")
+        return json.dumps({name: dataclasses.asdict(getattr(self, name)) for name in sections},
+                          sort_keys=True)
 
     @classmethod
     def from_json(cls, text: str) -> PipelineConfig:
@@ -440,7 +453,7 @@ def _build(dataclass_type: type, values: Mapping[str, Any], path: str):
         field_type = field_types[name]
         key = f"{path}.{name}" if path else name
         if dataclasses.is_dataclass(field_type):
-            kwargs[name] = _build(field_type, value, key)
+            kwargs[name] = None if value is None and not path else _build(field_type, value, key)
         else:
             kwargs[name] = _check_value(key, value, field_type)
     return dataclass_type(**kwargs)

@@ -57,12 +57,32 @@ def resolve_data(pipeline_config: config_lib.PipelineConfig) -> config_lib.Pipel
         transform=dataclasses.replace(transform, glove_path=transform.glove_path or glove_path))
 
 
-def beam_pipeline_args(runtime: config_lib.RuntimeConfig) -> List[str]:
+# Beam's runner settings reach the components through these environment variables, not as
+# literal flags: TFX puts a component's Beam arguments in its executor spec, which is part of
+# its cache key, and how Beam runs (runtime.*) must not re-run anything.
+BEAM_FLAG_ENVIRONMENT = {
+    "runner": "CAPTIONING_BEAM_RUNNER",
+    "direct_running_mode": "CAPTIONING_BEAM_DIRECT_RUNNING_MODE",
+    "direct_num_workers": "CAPTIONING_BEAM_DIRECT_NUM_WORKERS",
+}
+
+
+def beam_flag_values(runtime: config_lib.RuntimeConfig) -> dict:
+    """``{flag: value}`` for :data:`BEAM_FLAG_ENVIRONMENT`: multi-processing over the cores
+    (or ``runtime.direct_num_workers``) on the DirectRunner, in-process with one worker."""
     workers = runtime.direct_num_workers or os.cpu_count() or 1
-    args = [f"--runner={runtime.beam_runner}"]
-    if runtime.beam_runner == "DirectRunner" and workers > 1:
-        args += ["--direct_running_mode=multi_processing", f"--direct_num_workers={workers}"]
-    return args + list(runtime.extra_beam_args)
+    return {"runner": runtime.beam_runner,
+            "direct_running_mode": "multi_processing" if workers > 1 else "in_memory",
+            "direct_num_workers": str(workers)}
+
+
+def beam_pipeline_args(runtime: config_lib.RuntimeConfig) -> list:
+    """Beam flags as environment-variable placeholders (set by :func:`run_pipeline`), then
+    ``runtime.extra_beam_args`` as given (those do enter the Beam components' cache keys)."""
+    from tfx.dsl.placeholder import placeholder as ph
+
+    return [f"--{flag}=" + ph.environment_variable(variable)
+            for flag, variable in BEAM_FLAG_ENVIRONMENT.items()] + list(runtime.extra_beam_args)
 
 
 def metadata_path(output_dir: str) -> str:
@@ -85,6 +105,8 @@ def run_pipeline(pipeline_config: config_lib.PipelineConfig) -> None:
 
     output_dir = os.path.abspath(pipeline_config.runtime.output_dir)
     os.makedirs(os.path.dirname(metadata_path(output_dir)), exist_ok=True)
+    for flag, value in beam_flag_values(pipeline_config.runtime).items():
+        os.environ[BEAM_FLAG_ENVIRONMENT[flag]] = value
     tfx.orchestration.LocalDagRunner().run(create_pipeline(
         pipeline_config,
         pipeline_root=os.path.join(output_dir, "pipeline_root"),

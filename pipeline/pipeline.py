@@ -18,9 +18,19 @@ from components.serving.pusher import AtomicPusher
 from components.transform import preprocessing
 from components.transform.validation_gate import ExampleValidationGate
 
+# The config sections each stage reads. The Pusher reads none: its destination is a path.
+STAGE_SECTIONS = {
+    "ingestion": ("data", "features"),
+    "transform": ("transform",),
+    # export builds the serving graph's ResNet50 from the features section.
+    "trainer": ("trainer", "export", "features"),
+    # data: where the report finds the pictures.
+    "evaluator": ("evaluation", "data"),
+}
+
 
 def validated_transform(examples, pipeline_config: config_lib.PipelineConfig, schema_path: str,
-                        code_fingerprint: str) -> list:
+                        code_fingerprints: Mapping[str, str]) -> list:
     """StatisticsGen → ImportSchemaGen → ExampleValidator → gate → Transform over ``examples``.
 
     Transform runs only after the gate passed: an anomaly stops the pipeline
@@ -33,14 +43,15 @@ def validated_transform(examples, pipeline_config: config_lib.PipelineConfig, sc
     validation_gate = ExampleValidationGate(
         statistics=statistics_gen.outputs["statistics"],
         anomalies=example_validator.outputs["anomalies"],
-        expected_feature_bytes=resnet_features.FEATURE_POSITIONS * resnet_features.FEATURE_DEPTH * 2)
+        expected_feature_bytes=resnet_features.FEATURE_POSITIONS * resnet_features.FEATURE_DEPTH * 2,
+        code_fingerprint=code_fingerprints["validation_gate"])
     transform = tfx.components.Transform(
         examples=examples,
         schema=schema_importer.outputs["schema"],
         preprocessing_fn=f"{preprocessing.__name__}.preprocessing_fn",
         splits_config=tfx.proto.SplitsConfig(analyze=["train"], transform=["train", "dev", "test"]),
-        custom_config={"pipeline_config": pipeline_config.to_json(),
-                       "code_fingerprint": code_fingerprint},
+        custom_config={"pipeline_config": pipeline_config.slice_json(*STAGE_SECTIONS["transform"]),
+                       "code_fingerprint": code_fingerprints["transform"]},
     )
     transform.add_upstream_node(validation_gate)
     return [statistics_gen, schema_importer, example_validator, validation_gate, transform]
@@ -65,17 +76,21 @@ def create_pipeline(
     blesses it or not; the Pusher copies a blessed model into a new numbered
     version directory under ``serving_model_dir`` (TF Serving's layout).
 
+    Each component is handed only the config sections it reads (``STAGE_SECTIONS``), never
+    ``runtime`` or ``cloud``: its exec properties are its cache key, so a changed field
+    re-runs the stage that reads it and what follows, nothing before.
     ``data_fingerprint`` (``components.ingestion.example_gen.data_fingerprint``) and
-    ``code_fingerprints`` (``{"transform": ..., "trainer": ...}``, digests of
-    the user code, see ``pipeline.fingerprints``) enter TFX's cache keys, which
-    see neither the input files nor the code behind a module path by themselves.
+    ``code_fingerprints`` (``{stage: digest}`` of each stage's import graph, see
+    ``pipeline.fingerprints``) enter TFX's cache keys, which see neither the input
+    files nor the code behind a module path by themselves.
     ``vertex_training`` (the Trainer extension's ``custom_config`` keys, built by
     ``pipeline.kubeflow_v2_runner``) runs the Trainer as a Vertex AI training job.
     """
-    example_gen = Flickr8kExampleGen(pipeline_config=pipeline_config.to_json(),
-                                     data_fingerprint=data_fingerprint)
+    example_gen = Flickr8kExampleGen(
+        pipeline_config=pipeline_config.slice_json(*STAGE_SECTIONS["ingestion"]),
+        data_fingerprint=data_fingerprint, code_fingerprint=code_fingerprints["ingestion"])
     validation_and_transform = validated_transform(
-        example_gen.outputs["examples"], pipeline_config, schema_path, code_fingerprints["transform"])
+        example_gen.outputs["examples"], pipeline_config, schema_path, code_fingerprints)
     transform = validation_and_transform[-1]
     # On Vertex AI the Trainer component only submits a custom training job (GPU worker pool).
     trainer_class = (tfx.extensions.google_cloud_ai_platform.Trainer if vertex_training
@@ -87,7 +102,7 @@ def create_pipeline(
         train_args=tfx.proto.TrainArgs(splits=["train"]),
         eval_args=tfx.proto.EvalArgs(splits=["dev"]),
         custom_config={
-            "pipeline_config": pipeline_config.to_json(),
+            "pipeline_config": pipeline_config.slice_json(*STAGE_SECTIONS["trainer"]),
             "code_fingerprint": code_fingerprints["trainer"],
             # Outside every execution's directory, so a re-run resumes a killed training.
             "backup_root": os.path.join(pipeline_root, "_trainer_backup"),
@@ -104,7 +119,7 @@ def create_pipeline(
         model=trainer.outputs["model"],
         model_run=trainer.outputs["model_run"],
         baseline_model=latest_blessed_model.outputs["model"],
-        pipeline_config=pipeline_config.to_json(),
+        pipeline_config=pipeline_config.slice_json(*STAGE_SECTIONS["evaluator"]),
         code_fingerprint=code_fingerprints["evaluator"],
     )
     model_pusher = AtomicPusher(

@@ -38,15 +38,17 @@ def Flickr8kExampleGen(  # noqa: N802  (TFX components are classes by convention
     examples: tfx.dsl.components.OutputArtifact[tfx.types.standard_artifacts.Examples],
     pipeline_config: tfx.dsl.components.Parameter[str],
     data_fingerprint: tfx.dsl.components.Parameter[str],
+    code_fingerprint: tfx.dsl.components.Parameter[str],
     beam_pipeline: tfx.dsl.components.BeamComponentParameter[beam.Pipeline] = None,
 ) -> None:
     """Flickr8k folder → Examples (ResNet50 features + captions per image) with rejects.
 
-    ``data_fingerprint`` (from :func:`data_fingerprint`) is unused here but is part
-    of TFX's cache key, so changed input files re-run ingestion instead of hitting
-    the cache.
+    ``pipeline_config`` holds the ``data`` and ``features`` sections only.
+    ``data_fingerprint`` (from :func:`data_fingerprint`) and ``code_fingerprint`` (of this
+    stage's modules) are unused here but are part of TFX's cache key, so changed input files
+    or ingestion code re-run ingestion instead of hitting the cache.
     """
-    del data_fingerprint
+    del data_fingerprint, code_fingerprint
     parsed_config = config_lib.PipelineConfig.from_json(pipeline_config)
     summary = beam_job.run_ingestion(beam_pipeline, parsed_config, examples.uri)
     examples.split_names = artifact_utils.encode_split_names(list(flickr8k.SPLITS))

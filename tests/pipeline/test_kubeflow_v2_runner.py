@@ -77,5 +77,30 @@ def test_trainer_is_a_vertex_training_job_on_a_gpu_worker_pool(compiled):
                                     "accelerator_count": 4}
     assert pool["container_spec"]["image_uri"] == IMAGE and pool["replica_count"] == 1
     assert custom_config["backup_root"] == "gs://my-bucket/pipeline_root/_trainer_backup"
-    pipeline_config = json.loads(custom_config["pipeline_config"])
-    assert pipeline_config["data"]["data_dir"] == "gs://my-bucket/flickr8k"
+    # The Trainer's slice of the config, and the data bucket default reaching ingestion.
+    assert set(json.loads(custom_config["pipeline_config"])) == {"trainer", "export", "features"}
+    ingestion = compiled["pipelineSpec"]["root"]["dag"]["tasks"]["Flickr8kExampleGen"]
+    ingestion_config = json.loads(
+        ingestion["inputs"]["parameters"]["pipeline_config"]["runtimeValue"]["constantValue"]["stringValue"])
+    assert ingestion_config["data"]["data_dir"] == "gs://my-bucket/flickr8k"
+
+
+def _compiled_tasks(tmp_path, name, *overrides):
+    from pipeline import kubeflow_v2_runner
+
+    args = kubeflow_v2_runner._parse_args(["compile", "--project=my-project", "--bucket=my-bucket",
+                                           *[f"--set={override}" for override in overrides]])
+    path = kubeflow_v2_runner.compile_pipeline(kubeflow_v2_runner.build_config(args),
+                                               str(tmp_path / f"{name}.json"), fingerprint_data=False)
+    with open(path, encoding="utf-8") as stream:
+        spec = json.load(stream)["pipelineSpec"]
+    return {task: json.dumps([body, spec["deploymentSpec"]["executors"].get(
+        body["componentRef"]["name"].replace("comp-", "") + "_executor")], sort_keys=True)
+        for task, body in spec["root"]["dag"]["tasks"].items()}
+
+
+def test_an_evaluation_setting_changes_only_the_evaluator_task(tmp_path):
+    before = _compiled_tasks(tmp_path, "before")
+    after = _compiled_tasks(tmp_path, "after", "evaluation.beam_width=2")
+    assert {task for task in before if before[task] != after[task]} == {"CaptionEvaluator"}
+    assert _compiled_tasks(tmp_path, "again") == before  # compiling is deterministic

@@ -96,10 +96,23 @@ def test_pipeline_caches_resumes_after_a_failure_and_matches_the_standalone_job(
             if name != "latest_blessed_model_resolver"} == {
         name: "CACHED" for name in COMPONENTS if name != "latest_blessed_model_resolver"}
 
-    # Changed preprocessing code: Transform and everything after it re-run, nothing before.
-    real_fingerprint = fingerprints.code_fingerprint
-    monkeypatch.setattr(fingerprints, "code_fingerprint",
-                        lambda modules: "edited-" + real_fingerprint(modules))
+    # How Beam runs changes no result and re-runs nothing (the flags are not in any cache key).
+    other_runtime = _run(argv + ["--set", "runtime.direct_num_workers=2"], tmp_path)
+    other_runtime.pop("latest_blessed_model_resolver")
+    assert set(other_runtime.values()) == {"CACHED"}, other_runtime
+
+    # An evaluation-only setting: the evaluator and the Pusher re-run, nothing before them
+    # (tests/pipeline/test_pipeline.py shows which exec properties each field reaches).
+    changed_evaluation = _run(argv + ["--set", "evaluation.beam_width=2"], tmp_path)
+    changed_evaluation.pop("latest_blessed_model_resolver")
+    assert {name for name, state in changed_evaluation.items() if state == "COMPLETE"} == {
+        "CaptionEvaluator", "Pusher"}
+    assert set(changed_evaluation.values()) == {"CACHED", "COMPLETE"}
+
+    # Changed preprocessing code (its digest): Transform and everything after it re-run.
+    real_fingerprints = fingerprints.pipeline_code_fingerprints
+    monkeypatch.setattr(fingerprints, "pipeline_code_fingerprints", lambda: {
+        **real_fingerprints(), "transform": "edited-" + real_fingerprints()["transform"]})
     third = _run(argv, tmp_path)
     for name in ("Transform", "Trainer", "CaptionEvaluator", "Pusher"):
         assert third.pop(name) == "COMPLETE", name
@@ -205,20 +218,3 @@ def test_demo_pipeline_learns_is_blessed_pushed_and_reported(tmp_path, capsys):
     third = _run(argv, tmp_path)
     third.pop("latest_blessed_model_resolver")
     assert set(third.values()) == {"CACHED"}
-
-
-def test_code_fingerprint_changes_with_the_source(tmp_path, monkeypatch):
-    from pipeline import fingerprints
-
-    module = tmp_path / "user_code_probe.py"
-    module.write_text("def preprocessing_fn(inputs):\n    return inputs\n")
-    monkeypatch.syspath_prepend(str(tmp_path))
-    before = fingerprints.code_fingerprint(["user_code_probe"])
-    assert before == fingerprints.code_fingerprint(["user_code_probe"])
-    import importlib
-    import sys
-
-    module.write_text("def preprocessing_fn(inputs):\n    return dict(inputs)\n")
-    sys.modules.pop("user_code_probe")
-    importlib.invalidate_caches()
-    assert fingerprints.code_fingerprint(["user_code_probe"]) != before
