@@ -21,7 +21,7 @@ import apache_beam as beam
 import numpy as np
 
 from components import config as config_lib
-from components import resnet_features
+from components import example_format, resnet_features
 from components.ingestion import beam_job, demo_data, image_decoding
 
 
@@ -65,7 +65,7 @@ def bench_ingestion(num_images: int = 320, naive_images: int = 48) -> dict:
         assert summary["pairs_rejected"] == 0
         beam_rates[mode] = num_images / beam_s
         split_bytes = sum(os.path.getsize(path) for path in glob.glob(
-            os.path.join(output_dir, "Split-*", "*")))
+            os.path.join(example_format.split_dir(output_dir, "*"), "*")))
         bytes_per_image = split_bytes / num_images
 
     ceiling_rate = num_images / ceiling_s
@@ -84,4 +84,4 @@ def bench_ingestion(num_images: int = 320, naive_images: int = 48) -> dict:
 
 
 def ingestion_feature_bytes() -> int:
-    return resnet_features.FEATURE_POSITIONS * resnet_features.FEATURE_DEPTH * 2
+    return example_format.FEATURE_BYTES

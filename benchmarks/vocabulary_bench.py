@@ -19,6 +19,7 @@ import tensorflow_transform.beam as tft_beam
 from tensorflow_transform.tf_metadata import metadata_io
 
 from components import config as config_lib
+from components import example_format
 from components.ingestion import flickr8k
 from components.transform import preprocessing
 
@@ -34,9 +35,9 @@ def write_real_transform_graph(data_dir: str, threshold: int, output_dir: str) -
     """Runs ``preprocessing_fn``'s analyzers over the real train captions into ``output_dir``."""
 
     index = flickr8k.read_flickr8k(data_dir)
-    raw = [{"image_id": record.image_id.encode(), "image_features": b"",
-            "captions": [caption.text.encode() for caption in record.captions],
-            "caption_indices": [caption.index for caption in record.captions]}
+    raw = [{example_format.IMAGE_ID: record.image_id.encode(), example_format.IMAGE_FEATURES: b"",
+            example_format.CAPTIONS: [caption.text.encode() for caption in record.captions],
+            example_format.CAPTION_INDICES: [caption.index for caption in record.captions]}
            for record in index.images["train"]]
     pipeline_config = config_lib.PipelineConfig(
         transform=config_lib.TransformConfig(vocab_frequency_threshold=threshold))

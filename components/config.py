@@ -9,8 +9,9 @@ Defaults work on the embedded demo dataset; README "Real Flickr8k" lists the
 overrides for the real data (``DATA_DIR=``, ``GLOVE=``, ``RESNET_WEIGHTS=``,
 ``OUTPUT_DIR=`` on the make command line, or ``--set section.field=value``).
 
-This module sits at the bottom of the house: it imports nothing of ours and no
-TensorFlow, so every layer can depend on it.
+This module sits at the bottom of the house: it imports only
+``components.example_format`` (which imports nothing of ours) and no TensorFlow,
+so every layer can depend on it.
 """
 
 from __future__ import annotations
@@ -23,16 +24,24 @@ import re
 import typing
 from typing import Any, Mapping
 
+from components import example_format
+
 # Where the Keras application weights are looked up; "random" never touches disk.
 RESNET_WEIGHTS_RANDOM = "random"
 RESNET_WEIGHTS_IMAGENET = "imagenet"
 # The dataset's splits, in pipeline order, and the caption metrics the evaluator computes.
-SPLITS = ("train", "dev", "test")
 CAPTION_METRIC_NAMES = ("BLEU-1", "BLEU-2", "BLEU-3", "BLEU-4", "METEOR", "ROUGE-L", "CIDEr")
 # The feature layout the schema, the validation gate and the Trainer read: ResNet50's 7x7 grid
 # needs ceil(image_size / 32) == 7, and the features are stored as float16.
 RESNET_GRID_IMAGE_SIZES = range(193, 225)
-FEATURE_DTYPES = ("float16",)
+FEATURE_DTYPES = (example_format.FEATURE_DTYPE,)
+# Images with more pixels are rejected (decompression bombs): ~2x the largest consumer photos;
+# Flickr8k images are ~0.19 MP.
+DEFAULT_MAX_IMAGE_PIXELS = 40_000_000
+# The official Flickr8k text files, relative to the dataset's folder.
+FLICKR8K_TEXT_DIR = "Flickr8k_text"
+FLICKR8K_SPLIT_FILES = {"train": "Flickr_8k.trainImages.txt", "dev": "Flickr_8k.devImages.txt",
+                        "test": "Flickr_8k.testImages.txt"}
 
 
 class ConfigError(ValueError):
@@ -51,9 +60,9 @@ class DataConfig:
     # Either the official ``Flickr8k.token.txt`` or a Kaggle-style ``captions.txt``
     # (path relative to ``data_dir``); the reader detects the format.
     captions_file: str = "Flickr8k_text/Flickr8k.token.txt"
-    train_split_file: str = "Flickr8k_text/Flickr_8k.trainImages.txt"
-    dev_split_file: str = "Flickr8k_text/Flickr_8k.devImages.txt"
-    test_split_file: str = "Flickr8k_text/Flickr_8k.testImages.txt"
+    train_split_file: str = f"{FLICKR8K_TEXT_DIR}/{FLICKR8K_SPLIT_FILES['train']}"
+    dev_split_file: str = f"{FLICKR8K_TEXT_DIR}/{FLICKR8K_SPLIT_FILES['dev']}"
+    test_split_file: str = f"{FLICKR8K_TEXT_DIR}/{FLICKR8K_SPLIT_FILES['test']}"
     # Demo dataset generation (used only when data_dir is empty).
     demo_num_images: int = 300
     demo_seed: int = 8
@@ -71,7 +80,7 @@ class FeaturesConfig:
     image_size: int = 224
     # Images with more pixels than this are rejected (decompression bombs).
     # 40 MP is ~2x the largest consumer photos; Flickr8k images are ~0.19 MP.
-    max_image_pixels: int = 40_000_000
+    max_image_pixels: int = DEFAULT_MAX_IMAGE_PIXELS
     inference_batch_size: int = 16
     feature_dtype: str = "float16"
     # GZIP saves ~22% of disk on float16 features but costs ~18 ms of one core per
@@ -349,7 +358,8 @@ _SECTION_RULES = {
     ]),
     "evaluation": _rules("evaluation", [
         ("splits", lambda value: len(value) > 0 and len(set(value)) == len(value)
-         and set(value) <= set(SPLITS), f"must be distinct splits among {list(SPLITS)}"),
+         and set(value) <= set(example_format.SPLITS),
+         f"must be distinct splits among {list(example_format.SPLITS)}"),
         ("bless_metric", lambda value: value in CAPTION_METRIC_NAMES,
          f"must be one of {list(CAPTION_METRIC_NAMES)}"),
         ("bless_threshold", _at_least(0), "must be finite and >= 0"),

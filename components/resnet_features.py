@@ -27,9 +27,8 @@ import numpy as np
 import tensorflow as tf
 
 from components import config as config_lib
+from components import example_format
 
-FEATURE_POSITIONS = 49
-FEATURE_DEPTH = 2048
 IMAGENET_NOTOP_FILE = "resnet50_weights_tf_dim_ordering_tf_kernels_notop.h5"
 
 
@@ -82,7 +81,8 @@ def build_feature_extractor(features: config_lib.FeaturesConfig) -> keras.Model:
     preprocessed = keras.applications.resnet50.preprocess_input(images)
     feature_map = backbone(preprocessed)
     grid = feature_map.shape[1] * feature_map.shape[2]
-    image_features = keras.layers.Reshape((grid, FEATURE_DEPTH), name="image_features")(feature_map)
+    image_features = keras.layers.Reshape((grid, example_format.FEATURE_DEPTH),
+                                          name=example_format.IMAGE_FEATURES)(feature_map)
     return keras.Model(images, image_features, name="resnet50_features")
 
 

@@ -20,6 +20,7 @@ from typing import List, Optional, Sequence
 from absl import logging
 
 from components import config as config_lib
+from components import example_format
 from components.ingestion import demo_data
 
 SCHEMA_PATH = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
@@ -192,7 +193,7 @@ def print_outputs(pipeline_config: config_lib.PipelineConfig) -> None:
     transform_uri = latest_artifact_uri(output_dir, "TransformGraph", "Transform")
     print(f"Transform graph: {transform_uri}")
     if transform_uri:
-        facts_path = os.path.join(transform_uri, "transform_fn", "assets", "caption_facts.json")
+        facts_path = os.path.join(transform_uri, "transform_fn", "assets", example_format.FACTS_FILE)
         with open(facts_path, encoding="utf-8") as stream:
             facts = json.load(stream)
         embedding = facts["embedding"]
@@ -206,7 +207,7 @@ def print_outputs(pipeline_config: config_lib.PipelineConfig) -> None:
     run_uri = latest_artifact_uri(output_dir, "ModelRun", "Trainer")
     print(f"Trained model: {model_uri}")
     if run_uri:
-        with open(os.path.join(run_uri, "history.json"), encoding="utf-8") as stream:
+        with open(os.path.join(run_uri, example_format.HISTORY_FILE), encoding="utf-8") as stream:
             history = json.load(stream)
         print(f"  epochs {len(history['loss'])}: loss {history['loss'][0]:.3f} -> {history['loss'][-1]:.3f}, "
               f"dev loss {history['val_loss'][0]:.3f} -> {min(history['val_loss']):.3f} (best), "

@@ -11,7 +11,7 @@ from typing import List, Mapping, Optional
 from tfx import v1 as tfx
 
 from components import config as config_lib
-from components import resnet_features
+from components import example_format
 from components.evaluation.evaluator import CaptionEvaluator
 from components.ingestion.example_gen import Flickr8kExampleGen
 from components.serving.pusher import AtomicPusher
@@ -43,7 +43,7 @@ def validated_transform(examples, pipeline_config: config_lib.PipelineConfig, sc
     validation_gate = ExampleValidationGate(
         statistics=statistics_gen.outputs["statistics"],
         anomalies=example_validator.outputs["anomalies"],
-        expected_feature_bytes=resnet_features.FEATURE_POSITIONS * resnet_features.FEATURE_DEPTH * 2,
+        expected_feature_bytes=example_format.FEATURE_BYTES,
         code_fingerprint=code_fingerprints["validation_gate"])
     transform = tfx.components.Transform(
         examples=examples,

@@ -21,7 +21,7 @@ import tensorflow as tf
 from absl import logging
 from PIL import Image
 
-from components import caption_text
+from components import caption_text, example_format
 from components import config as config_lib
 from components.evaluation import caption_metrics, split_captions
 
@@ -161,9 +161,8 @@ def _samples(document: dict, model_run_uri: str, examples_uri: str,
 
 
 def _history(model_run_uri: str) -> dict:
-    from components.trainer import run_fn
 
-    path = os.path.join(model_run_uri, run_fn.HISTORY_FILE)
+    path = os.path.join(model_run_uri, example_format.HISTORY_FILE)
     if not tf.io.gfile.exists(path):
         return {}
     with tf.io.gfile.GFile(path) as stream:

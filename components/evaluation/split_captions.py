@@ -17,7 +17,7 @@ from typing import Iterator, List, Sequence, Tuple
 import numpy as np
 import tensorflow as tf
 
-from components import resnet_features
+from components import example_format
 
 # (image id, float16 [49, 2048] feature map, reference captions)
 Record = Tuple[str, np.ndarray, List[str]]
@@ -33,17 +33,19 @@ class DecodedImage:
 
 
 def split_records(examples_dir: str, split: str) -> Iterator[Record]:
-    paths = sorted(glob.glob(os.path.join(examples_dir, f"Split-{split}", "*")))
+    paths = sorted(glob.glob(os.path.join(example_format.split_dir(examples_dir, split), "*")))
     if not paths:
         raise FileNotFoundError(f"No examples of split {split!r} under {examples_dir}.")
     for path in paths:
         compression = "GZIP" if path.endswith(".gz") else ""
         for serialized in tf.data.TFRecordDataset(path, compression_type=compression):
             feature = tf.train.Example.FromString(serialized.numpy()).features.feature
-            features = np.frombuffer(feature["image_features"].bytes_list.value[0], "<f2").reshape(
-                resnet_features.FEATURE_POSITIONS, resnet_features.FEATURE_DEPTH)
-            yield (feature["image_id"].bytes_list.value[0].decode("utf-8"), features,
-                   [caption.decode("utf-8") for caption in feature["captions"].bytes_list.value])
+            features = np.frombuffer(
+                feature[example_format.IMAGE_FEATURES].bytes_list.value[0], "<f2").reshape(
+                example_format.FEATURE_POSITIONS, example_format.FEATURE_DEPTH)
+            captions = feature[example_format.CAPTIONS].bytes_list.value
+            yield (feature[example_format.IMAGE_ID].bytes_list.value[0].decode("utf-8"), features,
+                   [caption.decode("utf-8") for caption in captions])
 
 
 def _decode_features(saved_model, features: np.ndarray, beam_width: int):
@@ -74,7 +76,7 @@ def decode_image_blind(saved_model, records: Sequence[Record], beam_width: int =
                        ) -> List[DecodedImage]:
     """The zero-feature baseline: one all-zero feature map decoded once, its caption given to
     every record (the model cannot tell the images apart without their features)."""
-    zeros = np.zeros((1, resnet_features.FEATURE_POSITIONS, resnet_features.FEATURE_DEPTH),
+    zeros = np.zeros((1, example_format.FEATURE_POSITIONS, example_format.FEATURE_DEPTH),
                      np.float32)
     (caption,), (score,), (tokens,) = _decode_features(saved_model, zeros, beam_width)
     return [DecodedImage(image_id, caption.decode("utf-8"), float(score), references,

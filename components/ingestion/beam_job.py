@@ -38,6 +38,7 @@ from apache_beam.io.filesystems import FileSystems
 from apache_beam.ml.inference.base import KeyedModelHandler, ModelHandler, RunInference
 
 from components import config as config_lib
+from components import example_format
 from components.ingestion import flickr8k, image_decoding
 
 METRICS_NAMESPACE = "flickr8k_ingestion"
@@ -60,7 +61,7 @@ class ImageMeta(NamedTuple):
 
 
 def split_dir(output_dir: str, split: str) -> str:
-    return os.path.join(output_dir, f"Split-{split}")
+    return example_format.split_dir(output_dir, split)
 
 
 def read_index(data_dir: str, data: config_lib.DataConfig) -> flickr8k.Flickr8kIndex:
@@ -190,10 +191,10 @@ class ToExample(beam.DoFn):
                     meta.image_id, caption_index, meta.split))
             return
         example = tf.train.Example(features=tf.train.Features(feature={
-            "image_id": _bytes_feature([meta.image_id.encode("utf-8")]),
-            "image_features": _bytes_feature([stored.tobytes()]),
-            "captions": _bytes_feature([text.encode("utf-8") for _, text in meta.captions]),
-            "caption_indices": tf.train.Feature(
+            example_format.IMAGE_ID: _bytes_feature([meta.image_id.encode("utf-8")]),
+            example_format.IMAGE_FEATURES: _bytes_feature([stored.tobytes()]),
+            example_format.CAPTIONS: _bytes_feature([text.encode("utf-8") for _, text in meta.captions]),
+            example_format.CAPTION_INDICES: tf.train.Feature(
                 int64_list=tf.train.Int64List(value=[index for index, _ in meta.captions])),
         }))
         beam.metrics.Metrics.counter(METRICS_NAMESPACE, f"images_{meta.split}").inc()
@@ -245,7 +246,7 @@ def IngestFlickr8k(pipeline: beam.Pipeline, index: flickr8k.Flickr8kIndex, image
         | "CountReaderRejects" >> beam.ParDo(_CountReaderRejects()))
 
     writes = {}
-    for split in flickr8k.SPLITS:
+    for split in example_format.SPLITS:
         writes[split] = (
             examples.examples
             | f"Select_{split}" >> beam.Filter(lambda keyed, wanted=split: keyed[0] == wanted)
@@ -281,7 +282,7 @@ def summarize(result: beam.runners.runner.PipelineResult, index: flickr8k.Flickr
         "pairs_rejected": rejected,
         "rejected_pairs_by_reason": {name[len(prefix):]: value for name, value in
                                      sorted(counters.items()) if name.startswith(prefix)},
-        "images_per_split": {split: counters.get(f"images_{split}", 0) for split in flickr8k.SPLITS},
+        "images_per_split": {split: counters.get(f"images_{split}", 0) for split in example_format.SPLITS},
         "reader": index.summary(),
     }
     if accepted + rejected != pairs_read:
@@ -322,4 +323,5 @@ def run_ingestion(pipeline: beam.Pipeline, pipeline_config: config_lib.PipelineC
 
 
 def _output_names() -> List[str]:
-    return [f"Split-{split}" for split in flickr8k.SPLITS] + [REJECTS_DIR]
+    return [os.path.basename(example_format.split_dir("", split))
+            for split in example_format.SPLITS] + [REJECTS_DIR]

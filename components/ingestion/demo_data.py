@@ -24,6 +24,7 @@ from typing import Dict, List, Sequence, Tuple
 import numpy as np
 from PIL import Image, ImageDraw, ImageFilter
 
+from components import config as config_lib
 from components.ingestion import flickr8k
 
 COLOURS: Dict[str, Tuple[int, int, int]] = {
@@ -140,7 +141,7 @@ def generate(output_dir: str, num_images: int = 300, seed: int = 8,
                          f"got {tuple(split_fractions)}.")
     rng = np.random.RandomState(seed)
     image_dir = os.path.join(output_dir, "Flicker8k_Dataset")
-    text_dir = os.path.join(output_dir, "Flickr8k_text")
+    text_dir = os.path.join(output_dir, config_lib.FLICKR8K_TEXT_DIR)
     glove_dir = os.path.join(output_dir, "glove")
     for directory in (image_dir, text_dir, glove_dir):
         os.makedirs(directory, exist_ok=True)
@@ -167,10 +168,9 @@ def generate(output_dir: str, num_images: int = 300, seed: int = 8,
     }
     splits = {split: tuple(sorted(images[i].image_id for i in indices))
               for split, indices in split_indices.items()}
-    split_file_names = {"train": "Flickr_8k.trainImages.txt", "dev": "Flickr_8k.devImages.txt",
-                        "test": "Flickr_8k.testImages.txt"}
     for split, image_ids in splits.items():
-        flickr8k.write_split_file(os.path.join(text_dir, split_file_names[split]), image_ids)
+        flickr8k.write_split_file(os.path.join(text_dir, config_lib.FLICKR8K_SPLIT_FILES[split]),
+                                  image_ids)
 
     glove_path = os.path.join(glove_dir, f"synthetic_glove.demo.{SYNTHETIC_GLOVE_DIM}d.txt")
     write_synthetic_glove(glove_path, demo_vocabulary() + list(DISTRACTOR_WORDS),

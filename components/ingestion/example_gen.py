@@ -30,7 +30,8 @@ from tfx.proto import example_gen_pb2
 from tfx.types import artifact_utils
 
 from components import config as config_lib
-from components.ingestion import beam_job, flickr8k
+from components import example_format
+from components.ingestion import beam_job
 
 
 @tfx.dsl.components.component(use_beam=True)
@@ -51,7 +52,7 @@ def Flickr8kExampleGen(  # noqa: N802  (TFX components are classes by convention
     del data_fingerprint, code_fingerprint
     parsed_config = config_lib.PipelineConfig.from_json(pipeline_config)
     summary = beam_job.run_ingestion(beam_pipeline, parsed_config, examples.uri)
-    examples.split_names = artifact_utils.encode_split_names(list(flickr8k.SPLITS))
+    examples.split_names = artifact_utils.encode_split_names(list(example_format.SPLITS))
     examples.span = 0
     examples_utils.set_payload_format(examples, example_gen_pb2.PayloadFormat.FORMAT_TF_EXAMPLE)
     # TFX's name for TFRecord files; readers detect GZIP from the ".gz" extension.

@@ -26,7 +26,8 @@ import os
 import re
 from typing import BinaryIO, Callable, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Tuple
 
-SPLITS = ("train", "dev", "test")
+from components import config as config_lib
+from components import example_format
 
 _TOKEN_KEY = re.compile(r"^(?P<image>[^#\t]*)#(?P<index>\d+)$")
 # Control characters other than TAB never occur in real captions; a line holding
@@ -110,7 +111,7 @@ class Flickr8kIndex:
         return sum(len(image.captions) for image in self.records())
 
     def records(self) -> Iterator[ImageRecord]:
-        for split in SPLITS:
+        for split in example_format.SPLITS:
             yield from self.images.get(split, ())
 
     def rejected(self, kind: str) -> int:
@@ -125,10 +126,10 @@ class Flickr8kIndex:
         + caption_lines_rejected, and split_lines_read == split entries accepted +
         split_lines_rejected."""
         return {
-            "images_per_split": {split: len(self.images.get(split, ())) for split in SPLITS},
+            "images_per_split": {split: len(self.images.get(split, ())) for split in example_format.SPLITS},
             "captions_per_split": {
                 split: sum(len(image.captions) for image in self.images.get(split, ()))
-                for split in SPLITS},
+                for split in example_format.SPLITS},
             "caption_lines_read": self.caption_lines_read,
             "captions_accepted": self.captions_accepted,
             "caption_lines_rejected": self.rejected(CAPTION_LINE),
@@ -174,14 +175,12 @@ def read_flickr8k(
       Flickr8kLayoutError: a required file is missing or of unknown format.
     """
     if split_files is None:
-        split_files = {
-            "train": "Flickr8k_text/Flickr_8k.trainImages.txt",
-            "dev": "Flickr8k_text/Flickr_8k.devImages.txt",
-            "test": "Flickr8k_text/Flickr_8k.testImages.txt",
-        }
-    unknown_splits = set(split_files) - set(SPLITS)
+        split_files = {split: f"{config_lib.FLICKR8K_TEXT_DIR}/{name}"
+                       for split, name in config_lib.FLICKR8K_SPLIT_FILES.items()}
+    unknown_splits = set(split_files) - set(example_format.SPLITS)
     if unknown_splits:
-        raise Flickr8kLayoutError(f"Unknown split names {sorted(unknown_splits)}; expected {SPLITS}.")
+        raise Flickr8kLayoutError(
+            f"Unknown split names {sorted(unknown_splits)}; expected {example_format.SPLITS}.")
 
     open_binary = open_binary or _open_local
     rejects: List[Reject] = []
@@ -191,7 +190,7 @@ def read_flickr8k(
     # image -> [(split, source, line number)] for every accepted split-list line.
     listings: Dict[str, List[Tuple[str, str, int]]] = collections.defaultdict(list)
     split_lines_read = 0
-    for split in SPLITS:
+    for split in example_format.SPLITS:
         if split not in split_files:
             continue
         path = _resolve(data_dir, split_files[split])
@@ -270,7 +269,7 @@ def read_flickr8k(
         for _, source, line_number in entries:
             rejects.append(Reject(SPLIT_LINE, source, line_number, reason, detail, image_id))
 
-    images = {split: [] for split in SPLITS}
+    images = {split: [] for split in example_format.SPLITS}
     for image_id in sorted(captions_of):
         images[split_of[image_id]].append(
             ImageRecord(image_id, split_of[image_id], tuple(captions_of[image_id])))

@@ -22,6 +22,8 @@ import numpy as np
 import tensorflow_datasets as tfds
 from absl import logging
 
+from components import config as config_lib
+from components import example_format
 from components.ingestion import flickr8k, image_decoding
 
 _DESCRIPTION = """
@@ -37,7 +39,6 @@ _CITATION = """
 }
 """
 
-MAX_IMAGE_PIXELS = 40_000_000
 REJECTS_FILE = "rejects.json"
 
 
@@ -80,14 +81,14 @@ class Flickr8k(tfds.core.GeneratorBasedBuilder):
         for reason, count in sorted(index.reject_counts().items()):
             logging.warning("flickr8k: %d text-file lines rejected: %s", count, reason)
         return {split: self._generate_examples(index.images[split], image_dir)
-                for split in flickr8k.SPLITS}
+                for split in example_format.SPLITS}
 
     def _generate_examples(self, records, image_dir):
         for record in records:
             with open(os.path.join(image_dir, record.image_id), "rb") as stream:
                 image_bytes = stream.read()
             try:
-                pixels = image_decoding.decode_rgb(image_bytes, MAX_IMAGE_PIXELS)
+                pixels = image_decoding.decode_rgb(image_bytes, config_lib.DEFAULT_MAX_IMAGE_PIXELS)
             except image_decoding.ImageRejected as rejected:
                 logging.warning("flickr8k: image %s rejected (%s): %s", record.image_id,
                                 rejected.reason, rejected.detail)

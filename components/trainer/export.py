@@ -27,14 +27,13 @@ import tensorflow as tf
 import tensorflow_transform as tft
 
 from components import config as config_lib
-from components import resnet_features
+from components import example_format, resnet_features
 from components.trainer import decoding
 from components.trainer import model as model_lib
 from components.transform import preprocessing
 
 ASSETS_EXTRA_DIR = "assets.extra"  # beside the SavedModel; TF Serving ignores it
 CAPTION = "caption"
-IMAGE_FEATURES = "image_features"
 TOKENS = "tokens"
 SCORE = "score"
 
@@ -74,7 +73,7 @@ class CaptionModule(tf.Module):
         return self.feature_extractor(resized, training=False)
 
     def image_feature_maps(self, images):
-        return {IMAGE_FEATURES: self.image_features(images)}
+        return {example_format.IMAGE_FEATURES: self.image_features(images)}
 
     def caption_features(self, image_features):
         projection = self._project(image_features)
@@ -96,10 +95,10 @@ class CaptionModule(tf.Module):
 
     def caption_examples(self, examples):
         parsed = tf.io.parse_example(examples, {
-            preprocessing.IMAGE_FEATURES: tf.io.FixedLenFeature([1], tf.string)})
-        raw = tf.io.decode_raw(parsed[preprocessing.IMAGE_FEATURES][:, 0], tf.float16, little_endian=True)
+            example_format.IMAGE_FEATURES: tf.io.FixedLenFeature([1], tf.string)})
+        raw = tf.io.decode_raw(parsed[example_format.IMAGE_FEATURES][:, 0], tf.float16, little_endian=True)
         image_features = tf.cast(tf.reshape(
-            raw, [-1, resnet_features.FEATURE_POSITIONS, resnet_features.FEATURE_DEPTH]), tf.float32)
+            raw, [-1, example_format.FEATURE_POSITIONS, example_format.FEATURE_DEPTH]), tf.float32)
         return self.caption_features(image_features)
 
     def transform_features(self, examples):
@@ -109,14 +108,14 @@ class CaptionModule(tf.Module):
 def signatures(module: CaptionModule) -> dict:
     images = tf.TensorSpec([None], tf.string, name="images")
     width = tf.TensorSpec([], tf.int32, name="beam_width")
-    features = tf.TensorSpec([None, resnet_features.FEATURE_POSITIONS, resnet_features.FEATURE_DEPTH],
-                             tf.float32, name="image_features")
+    features = tf.TensorSpec([None, example_format.FEATURE_POSITIONS, example_format.FEATURE_DEPTH],
+                             tf.float32, name=example_format.IMAGE_FEATURES)
     examples = tf.TensorSpec([None], tf.string, name="examples")
     # Bound methods, not lambdas: autograph cannot find a lambda's source among several per line.
     return {
         "serving_default": tf.function(module.caption_images).get_concrete_function(images),
         "beam_search": tf.function(module.caption_images_beam).get_concrete_function(images, width),
-        "image_features": tf.function(module.image_feature_maps).get_concrete_function(images),
+        example_format.IMAGE_FEATURES: tf.function(module.image_feature_maps).get_concrete_function(images),
         "caption_features": tf.function(module.caption_features).get_concrete_function(features),
         "caption_features_beam": tf.function(module.caption_features_beam).get_concrete_function(
             features, width),

@@ -20,13 +20,12 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from components import resnet_features
+from components import example_format
 from components.trainer import model as model_lib
-from components.transform import preprocessing
 
 FEATURE_SPEC = {
-    preprocessing.IMAGE_FEATURES: tf.io.FixedLenFeature([1], tf.string),
-    preprocessing.CAPTION_IDS: tf.io.VarLenFeature(tf.int64),
+    example_format.IMAGE_FEATURES: tf.io.FixedLenFeature([1], tf.string),
+    example_format.CAPTION_IDS: tf.io.VarLenFeature(tf.int64),
 }
 
 
@@ -41,9 +40,9 @@ def parse_image_example(serialized: tf.Tensor, max_caption_length: int):
     """One serialized example → (float16 [49, 2048] features, int32 [captions, length] ids)."""
     parsed = tf.io.parse_single_example(serialized, FEATURE_SPEC)
     image_features = tf.reshape(
-        tf.io.decode_raw(parsed[preprocessing.IMAGE_FEATURES][0], tf.float16, little_endian=True),
-        [resnet_features.FEATURE_POSITIONS, resnet_features.FEATURE_DEPTH])
-    caption_ids = tf.reshape(tf.cast(tf.sparse.to_dense(parsed[preprocessing.CAPTION_IDS]), tf.int32),
+        tf.io.decode_raw(parsed[example_format.IMAGE_FEATURES][0], tf.float16, little_endian=True),
+        [example_format.FEATURE_POSITIONS, example_format.FEATURE_DEPTH])
+    caption_ids = tf.reshape(tf.cast(tf.sparse.to_dense(parsed[example_format.CAPTION_IDS]), tf.int32),
                              [-1, max_caption_length])
     return image_features, caption_ids
 
@@ -92,7 +91,7 @@ def _fill_batch(batch_size: int):
 
 
 def _to_model_inputs(image_features: tf.Tensor, caption_ids: tf.Tensor):
-    return ({model_lib.IMAGE_FEATURES: tf.cast(image_features, tf.float32),
+    return ({example_format.IMAGE_FEATURES: tf.cast(image_features, tf.float32),
              model_lib.INPUT_IDS: caption_ids[:, :-1]},
             caption_ids[:, 1:])
 

@@ -32,9 +32,8 @@ import keras
 import numpy as np
 
 from components import config as config_lib
-from components import resnet_features
+from components import example_format
 
-IMAGE_FEATURES = "image_features"
 INPUT_IDS = "input_ids"
 IMAGE_PROJECTION = "image_projection"
 IMAGE_ENCODER = "image_encoder"
@@ -89,27 +88,27 @@ def build_captioning_model(
     policy = "mixed_float16" if trainer.mixed_precision else "float32"
     dim = embedding_matrix.shape[1] if embedding_matrix is not None else embedding_dim
 
-    image_features = keras.Input((resnet_features.FEATURE_POSITIONS, resnet_features.FEATURE_DEPTH),
-                                 name=IMAGE_FEATURES)
+    image_features = keras.Input((example_format.FEATURE_POSITIONS, example_format.FEATURE_DEPTH),
+                                 name=example_format.IMAGE_FEATURES)
     input_ids = keras.Input((None,), dtype="int32", name=INPUT_IDS)
     image_encoder = _build_image_encoder(trainer, policy, feature_statistics)
     text_decoder = _build_text_decoder(trainer, vocabulary_size, embedding_matrix, dim, trainable,
                                        policy)
     logits = text_decoder({IMAGE_PROJECTION: image_encoder(image_features), INPUT_IDS: input_ids})
-    return keras.Model({IMAGE_FEATURES: image_features, INPUT_IDS: input_ids}, logits,
+    return keras.Model({example_format.IMAGE_FEATURES: image_features, INPUT_IDS: input_ids}, logits,
                        name="caption_model")
 
 
 def _build_image_encoder(trainer: config_lib.TrainerConfig, policy: str,
                          feature_statistics: Optional[Tuple[np.ndarray, np.ndarray]]) -> keras.Model:
-    image_features = keras.Input((resnet_features.FEATURE_POSITIONS, resnet_features.FEATURE_DEPTH),
-                                 name=IMAGE_FEATURES)
+    image_features = keras.Input((example_format.FEATURE_POSITIONS, example_format.FEATURE_DEPTH),
+                                 name=example_format.IMAGE_FEATURES)
     if feature_statistics is None:
-        feature_statistics = (np.zeros(resnet_features.FEATURE_DEPTH, np.float32),
-                              np.ones(resnet_features.FEATURE_DEPTH, np.float32))
+        feature_statistics = (np.zeros(example_format.FEATURE_DEPTH, np.float32),
+                              np.ones(example_format.FEATURE_DEPTH, np.float32))
     mean, variance = (np.asarray(values, np.float32) for values in feature_statistics)
-    if mean.shape != (resnet_features.FEATURE_DEPTH,) or variance.shape != mean.shape:
-        raise ValueError(f"feature_statistics must be two [{resnet_features.FEATURE_DEPTH}] vectors, "
+    if mean.shape != (example_format.FEATURE_DEPTH,) or variance.shape != mean.shape:
+        raise ValueError(f"feature_statistics must be two [{example_format.FEATURE_DEPTH}] vectors, "
                          f"got {mean.shape} and {variance.shape}.")
     if not (np.all(np.isfinite(mean)) and np.all(np.isfinite(variance)) and np.all(variance > 0)):
         raise ValueError("feature_statistics must be finite with positive variances.")
@@ -124,7 +123,7 @@ def _build_image_encoder(trainer: config_lib.TrainerConfig, policy: str,
 def _build_text_decoder(trainer: config_lib.TrainerConfig, vocabulary_size: int,
                         embedding_matrix: Optional[np.ndarray], dim: int, trainable: bool,
                         policy: str) -> keras.Model:
-    image = keras.Input((resnet_features.FEATURE_POSITIONS, trainer.image_dense_units[-1]),
+    image = keras.Input((example_format.FEATURE_POSITIONS, trainer.image_dense_units[-1]),
                         name=IMAGE_PROJECTION)
     input_ids = keras.Input((None,), dtype="int32", name=INPUT_IDS)
     embedding = keras.layers.Embedding(

@@ -33,13 +33,12 @@ import tensorflow_transform as tft
 from absl import logging
 
 from components import config as config_lib
+from components import example_format
 from components.trainer import export, inputs
 from components.trainer import model as model_lib
 from components.transform import preprocessing
 
 DECODER_FILE = "decoder.keras"
-FACTS_FILE = "caption_facts.json"
-HISTORY_FILE = "history.json"
 
 
 class NonFiniteLossError(RuntimeError):
@@ -122,7 +121,7 @@ def train(pipeline_config: config_lib.PipelineConfig, train_files: List[str], ev
         raise NonFiniteLossError(f"Training stopped on a non-finite loss; losses per epoch: {losses}")
 
     tf.io.gfile.makedirs(model_run_dir)
-    with tf.io.gfile.GFile(os.path.join(model_run_dir, HISTORY_FILE), "w") as stream:
+    with tf.io.gfile.GFile(os.path.join(model_run_dir, example_format.HISTORY_FILE), "w") as stream:
         json.dump({"epoch": [int(epoch) for epoch in history.epoch],
                    **{name: [float(value) for value in values]
                       for name, values in history.history.items()}}, stream, indent=2)
@@ -130,7 +129,7 @@ def train(pipeline_config: config_lib.PipelineConfig, train_files: List[str], ev
     export.export_saved_model(model, transform_output_dir, pipeline_config, serving_model_dir)
     extra_dir = os.path.join(serving_model_dir, export.ASSETS_EXTRA_DIR)
     tf.io.gfile.makedirs(extra_dir)
-    with tf.io.gfile.GFile(os.path.join(extra_dir, FACTS_FILE), "w") as stream:
+    with tf.io.gfile.GFile(os.path.join(extra_dir, example_format.FACTS_FILE), "w") as stream:
         json.dump(facts, stream, indent=2, sort_keys=True)
     logging.info("Serving SavedModel written to %s", serving_model_dir)
     return history.history

@@ -39,28 +39,22 @@ import tensorflow_transform as tft
 import tensorflow_transform.beam as tft_beam
 from absl import logging
 
-from components import caption_text
+from components import caption_text, example_format
 from components import config as config_lib
 from components.transform import glove
 
 VOCABULARY_COUNTS_NAME = "caption_vocabulary_counts"
 VOCABULARY_ASSET = "caption_vocabulary.txt"
 MATRIX_ASSET = "caption_embedding_matrix.npy"
-FACTS_ASSET = "caption_facts.json"
 
-IMAGE_ID = "image_id"
-IMAGE_FEATURES = "image_features"
-CAPTIONS = "captions"
-CAPTION_IDS = "caption_ids"
-CAPTION_INDICES = "caption_indices"
 
 # The ingested features (``schemas/schema.pbtxt``) as in-memory rows carry them: one
 # value per image for the id and the feature bytes, lists for the captions.
 RAW_FEATURE_SPEC = {
-    IMAGE_ID: tf.io.FixedLenFeature([], tf.string),
-    IMAGE_FEATURES: tf.io.FixedLenFeature([], tf.string),
-    CAPTIONS: tf.io.VarLenFeature(tf.string),
-    CAPTION_INDICES: tf.io.VarLenFeature(tf.int64),
+    example_format.IMAGE_ID: tf.io.FixedLenFeature([], tf.string),
+    example_format.IMAGE_FEATURES: tf.io.FixedLenFeature([], tf.string),
+    example_format.CAPTIONS: tf.io.VarLenFeature(tf.string),
+    example_format.CAPTION_INDICES: tf.io.VarLenFeature(tf.int64),
 }
 
 
@@ -76,7 +70,7 @@ def preprocessing_fn(inputs: Dict[str, tf.Tensor], custom_config: Optional[dict]
                      ) -> Dict[str, tf.Tensor]:
     """TFX Transform entry point; ``custom_config["pipeline_config"]`` is the config JSON."""
     transform = _transform_config(custom_config)
-    captions = _as_ragged(inputs[CAPTIONS])  # [images, (captions)]
+    captions = _as_ragged(inputs[example_format.CAPTIONS])  # [images, (captions)]
     tokens = caption_text.tokenize(captions.flat_values)  # [captions, (words)]
 
     counts_path = tft.vocabulary(
@@ -102,7 +96,7 @@ def preprocessing_fn(inputs: Dict[str, tf.Tensor], custom_config: Optional[dict]
         output_asset_default_values=[b"<dummy>\n", b"", b"{}"],
         name="caption_assets",
     )
-    for asset in (VOCABULARY_ASSET, MATRIX_ASSET, FACTS_ASSET):
+    for asset in (VOCABULARY_ASSET, MATRIX_ASSET, example_format.FACTS_FILE):
         tft.annotate_asset(asset, asset)
 
     word_ids = tft.apply_vocabulary(tokens, vocabulary_path, default_value=-1)
@@ -120,9 +114,9 @@ def preprocessing_fn(inputs: Dict[str, tf.Tensor], custom_config: Optional[dict]
     caption_ids = tf.RaggedTensor.from_row_lengths(
         tf.reshape(padded, [-1]), captions.row_lengths() * max_caption_length)
     return {
-        IMAGE_ID: inputs[IMAGE_ID],
-        IMAGE_FEATURES: inputs[IMAGE_FEATURES],
-        CAPTION_IDS: caption_ids.to_sparse(),  # a VarLen int64 feature, not "$ragged_values"
+        example_format.IMAGE_ID: inputs[example_format.IMAGE_ID],
+        example_format.IMAGE_FEATURES: inputs[example_format.IMAGE_FEATURES],
+        example_format.CAPTION_IDS: caption_ids.to_sparse(),  # a VarLen int64 feature, not "$ragged_values"
     }
 
 
@@ -208,7 +202,8 @@ class CaptionAssetsAnalyzer(tft_beam.experimental.PTransformAnalyzer):
         }
         asset_dir = os.path.join(self.base_temp_dir, f"caption_assets_{uuid.uuid4().hex}")
         tf.io.gfile.makedirs(asset_dir)
-        paths = [os.path.join(asset_dir, name) for name in (VOCABULARY_ASSET, MATRIX_ASSET, FACTS_ASSET)]
+        paths = [os.path.join(asset_dir, name)
+                 for name in (VOCABULARY_ASSET, MATRIX_ASSET, example_format.FACTS_FILE)]
         with tf.io.gfile.GFile(paths[0], "w") as stream:
             stream.write("".join(word + "\n" for word in words))
         with tf.io.gfile.GFile(paths[1], "wb") as stream:
@@ -265,7 +260,7 @@ def read_transform_assets(transform_output: tft.TFTransformOutput):
     vocabulary = transform_output.vocabulary_by_name(VOCABULARY_ASSET)
     with tf.io.gfile.GFile(transform_output.vocabulary_file_by_name(MATRIX_ASSET), "rb") as stream:
         matrix = np.load(stream)
-    with tf.io.gfile.GFile(transform_output.vocabulary_file_by_name(FACTS_ASSET)) as stream:
+    with tf.io.gfile.GFile(transform_output.vocabulary_file_by_name(example_format.FACTS_FILE)) as stream:
         facts = json.load(stream)
     words = [word.decode("utf-8") if isinstance(word, bytes) else word for word in vocabulary]
     return words, matrix, facts

@@ -16,7 +16,7 @@ from tfx import v1 as tfx
 from tfx.components.example_validator import executor as example_validator_executor
 from tfx.types import artifact_utils
 
-IMAGE_FEATURES = "image_features"
+from components import example_format
 
 
 class ExamplesNotBlessedError(RuntimeError):
@@ -28,7 +28,8 @@ def anomaly_messages(anomalies_uri: str, blessed_by_split: dict) -> List[str]:
     for split, blessed in sorted(blessed_by_split.items()):
         if blessed == example_validator_executor.BLESSED_VALUE:
             continue
-        path = os.path.join(anomalies_uri, f"Split-{split}", example_validator_executor.DEFAULT_FILE_NAME)
+        path = os.path.join(example_format.split_dir(anomalies_uri, split),
+                            example_validator_executor.DEFAULT_FILE_NAME)
         anomalies = anomalies_util.load_anomalies_binary(path)
         for feature, info in sorted(anomalies.anomaly_info.items()):
             description = info.description or info.short_description
@@ -41,14 +42,17 @@ def anomaly_messages(anomalies_uri: str, blessed_by_split: dict) -> List[str]:
 def feature_length_messages(statistics_uri: str, split_names: List[str], expected_bytes: int) -> List[str]:
     messages = []
     for split in split_names:
-        stats = tfdv.load_stats_binary(os.path.join(statistics_uri, f"Split-{split}", "FeatureStats.pb"))
+        stats = tfdv.load_stats_binary(os.path.join(example_format.split_dir(statistics_uri, split),
+                                                    "FeatureStats.pb"))
         for feature in stats.datasets[0].features:
-            if list(feature.path.step) != [IMAGE_FEATURES] or not feature.HasField("string_stats"):
+            if (list(feature.path.step) != [example_format.IMAGE_FEATURES]
+                    or not feature.HasField("string_stats")):
                 continue
             average = feature.string_stats.avg_length
             if feature.string_stats.common_stats.num_non_missing and abs(average - expected_bytes) > 1e-3:
                 messages.append(
-                    f"split {split}: feature '{IMAGE_FEATURES}': average length {average:.1f} bytes, "
+                    f"split {split}: feature '{example_format.IMAGE_FEATURES}': average length "
+                    f"{average:.1f} bytes, "
                     f"expected {expected_bytes} (float16 [49, 2048] per image)")
     return messages
 

@@ -15,7 +15,8 @@ import tensorflow as tf
 from apache_beam.testing.util import assert_that, equal_to
 
 from components import config as config_lib
-from components.ingestion import beam_job, demo_data, flickr8k
+from components import example_format
+from components.ingestion import beam_job, demo_data
 from tests import image_fixtures
 from tests.paths import REPO_ROOT, SHARED_DATA_DIR
 
@@ -61,7 +62,7 @@ def read_rejects(output_dir):
 
 
 def records_digest(output_dir):
-    serialized = sorted(record["serialized"] for split in flickr8k.SPLITS
+    serialized = sorted(record["serialized"] for split in example_format.SPLITS
                         for record in read_split(output_dir, split))
     return hashlib.sha256(b"".join(hashlib.sha256(s).digest() for s in serialized)).hexdigest()
 
@@ -123,7 +124,7 @@ def test_records_match_the_reader(bad_input_run, bad_input_layout):
     _, demo = bad_input_layout
     index = beam_job.read_index(demo.data_dir, config_lib.DataConfig())
     expected = {record.image_id: record for record in index.records()}
-    for split in flickr8k.SPLITS:
+    for split in example_format.SPLITS:
         for record in read_split(output_dir, split):
             source = expected[record["image_id"]]
             assert source.split == split
@@ -132,7 +133,7 @@ def test_records_match_the_reader(bad_input_run, bad_input_layout):
             assert record["image_features"].shape == (49, 2048)
             assert np.isfinite(record["image_features"]).all()
             assert np.abs(record["image_features"]).max() > 0
-    per_split = {split: len(read_split(output_dir, split)) for split in flickr8k.SPLITS}
+    per_split = {split: len(read_split(output_dir, split)) for split in example_format.SPLITS}
     assert per_split == summary["images_per_split"]
     size = os.path.getsize(glob.glob(os.path.join(output_dir, "Split-train", "data_tfrecord-*"))[0])
     assert size / per_split["train"] <= 210_000

@@ -6,6 +6,7 @@ import os
 import pytest
 import tensorflow_datasets as tfds
 
+from components import example_format
 from components.ingestion import (
     demo_data,
     flickr8k,
@@ -25,8 +26,8 @@ def test_tfds_load_gives_official_splits_with_all_captions(tmp_path):
         "flickr8k", data_dir=str(tmp_path / "tfds"),
         download_and_prepare_kwargs={"download_config": tfds.download.DownloadConfig(
             manual_dir=demo.data_dir)})
-    assert set(datasets) == set(flickr8k.SPLITS)
-    for split in flickr8k.SPLITS:
+    assert set(datasets) == set(example_format.SPLITS)
+    for split in example_format.SPLITS:
         expected = {record.image_id: [c.text for c in record.captions]
                     for record in index.images[split] if record.image_id != broken}
         loaded = {}

@@ -14,7 +14,7 @@ import pytest
 import tensorflow as tf
 import tensorflow_transform as tft
 
-from components import caption_text, resnet_features
+from components import caption_text, example_format, resnet_features
 from components.serving import captioner
 from components.trainer import model as model_lib
 from components.trainer import run_fn
@@ -184,9 +184,9 @@ def test_examples_and_features_signatures_agree_with_serving_tokenisation(loaded
         for record in tf.data.TFRecordDataset(path, compression_type="GZIP"):
             feature = tf.train.Example.FromString(record.numpy()).features.feature
             expected[feature["image_id"].bytes_list.value[0]] = list(
-                feature[preprocessing.CAPTION_IDS].int64_list.value)
-    caption_ids = tf.sparse.to_dense(transformed[preprocessing.CAPTION_IDS]) if isinstance(
-        transformed[preprocessing.CAPTION_IDS], tf.SparseTensor) else transformed[preprocessing.CAPTION_IDS]
+                feature[example_format.CAPTION_IDS].int64_list.value)
+    caption_ids = tf.sparse.to_dense(transformed[example_format.CAPTION_IDS]) if isinstance(
+        transformed[example_format.CAPTION_IDS], tf.SparseTensor) else transformed[example_format.CAPTION_IDS]
     image_ids = transformed["image_id"].numpy().reshape(-1)
     assert len(expected) == len(raw_records) > 0
     for image_id, ids in zip(image_ids, caption_ids.numpy(), strict=True):

@@ -9,6 +9,7 @@ import pytest
 import tensorflow as tf
 
 from components import config as config_lib
+from components import example_format
 from components.trainer import losses
 from components.trainer import model as model_lib
 
@@ -239,7 +240,6 @@ def test_image_encoder_standardises_each_channel_with_the_given_statistics():
 
 def test_feature_statistics_cover_every_image_once_and_floor_dead_channels(tmp_path):
     from components.trainer import inputs
-    from components.transform import preprocessing
 
     rng = np.random.RandomState(6)
     max_caption_length = 5
@@ -250,9 +250,9 @@ def test_feature_statistics_cover_every_image_once_and_floor_dead_channels(tmp_p
         for number, image in enumerate(images):
             captions = number + 1  # 1..7 captions: statistics must not weight images by them
             writer.write(tf.train.Example(features=tf.train.Features(feature={
-                preprocessing.IMAGE_FEATURES: tf.train.Feature(
+                example_format.IMAGE_FEATURES: tf.train.Feature(
                     bytes_list=tf.train.BytesList(value=[image.astype("<f2").tobytes()])),
-                preprocessing.CAPTION_IDS: tf.train.Feature(int64_list=tf.train.Int64List(
+                example_format.CAPTION_IDS: tf.train.Feature(int64_list=tf.train.Int64List(
                     value=[1, 5, 6, 2, 0] * captions)),
             })).SerializeToString())
     mean, variance = inputs.feature_statistics([str(path)], max_caption_length, batch_size=3)

@@ -18,6 +18,7 @@ import pytest
 import tensorflow as tf
 
 from components import config as config_lib
+from components import example_format
 from components.ingestion import demo_data
 from components.trainer import inputs, run_fn
 from components.trainer import model as model_lib
@@ -86,10 +87,10 @@ def test_two_replicas_train_learn_and_write_the_model(transformed, tmp_path):
     assert run_fn.make_strategy().num_replicas_in_sync == 2
     history = _train(transformed, tmp_path, _config())
     assert history["val_loss"][-1] < 0.8 * history["val_loss"][0]
-    saved = json.loads((tmp_path / "run" / run_fn.HISTORY_FILE).read_text())
+    saved = json.loads((tmp_path / "run" / example_format.HISTORY_FILE).read_text())
     assert saved["loss"] == pytest.approx(history["loss"]) and len(saved["val_masked_accuracy"]) == 4
     model = keras.models.load_model(str(tmp_path / "run" / run_fn.DECODER_FILE), compile=False)
-    facts = json.loads((tmp_path / "serving" / "assets.extra" / run_fn.FACTS_FILE).read_text())
+    facts = json.loads((tmp_path / "serving" / "assets.extra" / example_format.FACTS_FILE).read_text())
     assert model.output_shape[-1] == facts["vocabulary_size"]
     assert (tmp_path / "serving" / "saved_model.pb").exists()
     assert glob.glob(str(tmp_path / "run" / "tensorboard" / "train" / "*"))

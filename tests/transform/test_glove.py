@@ -16,7 +16,7 @@ import tensorflow as tf
 import tensorflow_transform as tft
 import tensorflow_transform.beam as tft_beam
 
-from components import caption_text
+from components import caption_text, example_format
 from components import config as config_lib
 from components.transform import glove, preprocessing
 from tests.paths import SHARED_DATA_DIR
@@ -138,4 +138,4 @@ def test_transform_output_holds_vocabulary_matrix_and_facts(tmp_path):
     assert os.path.dirname(tft.TFTransformOutput(output_dir).vocabulary_file_by_name(
         preprocessing.MATRIX_ASSET)) == os.path.dirname(
         tft.TFTransformOutput(output_dir).vocabulary_file_by_name(preprocessing.VOCABULARY_ASSET))
-    assert tf.io.gfile.exists(os.path.join(output_dir, "transform_fn", "assets", preprocessing.FACTS_ASSET))
+    assert tf.io.gfile.exists(os.path.join(output_dir, "transform_fn", "assets", example_format.FACTS_FILE))
