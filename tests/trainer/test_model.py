@@ -137,9 +137,10 @@ def overfit_small_batch(seed: int) -> dict:
 @pytest.mark.slow
 def test_overfits_a_small_batch():
     """Measured (``python -m tests.seed_spread overfit``, seeds 0-9, oneDNN on and off, 2 logical
-    CPUs): initial loss 3.65-3.75 (ln 40 = 3.69), final loss 0.022-0.094, final accuracy
-    0.979-1.0. An absolute final-loss bound of 0.1 failed on one machine's kernels (0.128); the
-    bounds here hold with a margin of 4x (loss) and 8x the worst miss rate (accuracy)."""
+    CPUs): initial loss 3.65-3.75 (ln 40 = 3.69), final loss 0.022-0.101, final accuracy
+    0.979-1.0. The former absolute bound (final loss < 0.1) failed for seed 4 with oneDNN off
+    (0.1008) and on one machine's kernels (0.128); final loss < 0.1 x the initial one holds with a
+    3.6x margin over the worst run, accuracy > 0.85 allows 7 wrong tokens of 48 (worst run: 1)."""
     result = overfit_small_batch(4)
     assert result["initial_loss"] == pytest.approx(math.log(40), rel=0.05)
     assert result["final_loss"] < 0.1 * result["initial_loss"]
