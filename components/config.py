@@ -129,6 +129,9 @@ class TrainerConfig:
     cache_dataset: bool = True  # parsed images in memory: ~200 KB each
     mixed_precision: bool = False
     seed: int = 42
+    # Op determinism while training (restored after): same config + same data give bit-identical
+    # weights on CPU; slower. On GPU some kernels have no deterministic version (README "Trainer").
+    deterministic: bool = False
 
 
 @dataclasses.dataclass(frozen=True)

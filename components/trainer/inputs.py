@@ -97,8 +97,12 @@ def _to_model_inputs(image_features: tf.Tensor, caption_ids: tf.Tensor):
 
 
 def make_dataset(file_patterns: List[str], max_caption_length: int, batch_size: int,
-                 shuffle: bool, seed: int = 0, cache: bool = True) -> tf.data.Dataset:
-    """Batches of ``({"image_features", "input_ids"}, target_ids)``, one row per caption."""
+                 shuffle: bool, seed: int = 0, cache: bool = True, repeat: bool = False) -> tf.data.Dataset:
+    """Batches of ``({"image_features", "input_ids"}, target_ids)``, one row per caption.
+
+    ``repeat``: pass after pass without end, each pass ending in its own filled batch, for a
+    ``fit`` told the exact steps of one pass (see ``count_batches``).
+    """
     files = _files(file_patterns)
     compression = "GZIP" if all(path.endswith(".gz") for path in files) else ""
     images = tf.data.TFRecordDataset(files, compression_type=compression,
@@ -112,7 +116,12 @@ def make_dataset(file_patterns: List[str], max_caption_length: int, batch_size: 
     pairs = images.flat_map(_caption_pairs)
     if shuffle:
         pairs = pairs.shuffle(4 * batch_size, seed=seed, reshuffle_each_iteration=True)
-    return (pairs.batch(batch_size)
-            .map(_fill_batch(batch_size), num_parallel_calls=tf.data.AUTOTUNE)
-            .map(_to_model_inputs, num_parallel_calls=tf.data.AUTOTUNE)
-            .prefetch(tf.data.AUTOTUNE))
+    batches = (pairs.batch(batch_size)
+               .map(_fill_batch(batch_size), num_parallel_calls=tf.data.AUTOTUNE)
+               .map(_to_model_inputs, num_parallel_calls=tf.data.AUTOTUNE))
+    return (batches.repeat() if repeat else batches).prefetch(tf.data.AUTOTUNE)
+
+
+def count_batches(dataset: tf.data.Dataset) -> int:
+    """The batches of one pass over a finite ``make_dataset`` (one read of its records)."""
+    return int(dataset.reduce(tf.constant(0, tf.int64), lambda count, _: count + 1))

@@ -20,6 +20,7 @@ bytes → captions) to ``serving_model_dir``, with the caption facts in its
 (loss, dev loss, accuracy per epoch) to ``model_run_dir``.
 """
 
+import contextlib
 import hashlib
 import json
 import math
@@ -71,10 +72,34 @@ class EpochLogger(keras.callbacks.Callback):
                      ", ".join(f"{name} {value:.4f}" for name, value in sorted(logs.items())))
 
 
+@contextlib.contextmanager
+def op_determinism(enabled: bool):
+    """TensorFlow's op determinism inside the block when ``enabled``, as it was after it: the
+    LocalDagRunner runs every component in one process, and the setting is process-wide."""
+    # is_/disable_op_determinism are not exported under tf.config; enable_op_determinism is.
+    from tensorflow.python.framework import config as framework_config
+
+    was_enabled = framework_config.is_op_determinism_enabled()
+    if enabled and not was_enabled:
+        tf.config.experimental.enable_op_determinism()
+    try:
+        yield
+    finally:
+        if enabled and not was_enabled:
+            framework_config.disable_op_determinism()
+
+
 def train(pipeline_config: config_lib.PipelineConfig, train_files: List[str], eval_files: List[str],
           transform_output_dir: str, model_run_dir: str, serving_model_dir: str,
           backup_directory: str, extra_callbacks=()) -> dict:
     """Trains and writes the model; returns the history. Used by ``run_fn`` and tests."""
+    with op_determinism(pipeline_config.trainer.deterministic):
+        return _train(pipeline_config, train_files, eval_files, transform_output_dir, model_run_dir,
+                      serving_model_dir, backup_directory, extra_callbacks)
+
+
+def _train(pipeline_config, train_files, eval_files, transform_output_dir, model_run_dir,
+           serving_model_dir, backup_directory, extra_callbacks) -> dict:
     trainer = pipeline_config.trainer
     # Before any dataset or layer is built: tf.data's shuffle seeds and the initial weights
     # then depend on the config alone, not on what the process ran before.
@@ -91,11 +116,17 @@ def train(pipeline_config: config_lib.PipelineConfig, train_files: List[str], ev
     logging.info("Training on %d replica(s) %s, global batch %d, vocabulary %d ids (%d words).",
                  strategy.num_replicas_in_sync, strategy.extended.worker_devices, global_batch,
                  matrix.shape[0], len(words))
+    # fit is told the exact steps of one pass over repeated datasets: left to find the end of
+    # the data itself, the replicas raced for it, and the loss Keras reported for an epoch
+    # counted the last step or not (measured: identical weights and accuracies, losses off by
+    # one step's share, so EarlyStopping could restore other weights).
     train_dataset = inputs.make_dataset(train_files, max_caption_length, global_batch, shuffle=True,
-                                        seed=trainer.seed, cache=trainer.cache_dataset)
-    eval_dataset = inputs.make_dataset(eval_files, max_caption_length, global_batch, shuffle=False,
-                                       cache=trainer.cache_dataset)
+                                        seed=trainer.seed, cache=trainer.cache_dataset, repeat=True)
     steps_per_epoch = max(1, math.ceil(facts["train_captions"] / global_batch))
+    validation_steps = inputs.count_batches(inputs.make_dataset(
+        eval_files, max_caption_length, global_batch, shuffle=False, cache=False))
+    eval_dataset = inputs.make_dataset(eval_files, max_caption_length, global_batch, shuffle=False,
+                                       cache=trainer.cache_dataset, repeat=True)
     feature_mean, feature_variance = inputs.feature_statistics(train_files, max_caption_length)
     logging.info("Image features standardised per channel: mean %.3f, std %.3f on average over "
                  "the channels.", feature_mean.mean(), np.sqrt(feature_variance).mean())
@@ -115,6 +146,7 @@ def train(pipeline_config: config_lib.PipelineConfig, train_files: List[str], ev
         *extra_callbacks,
     ]
     history = model.fit(train_dataset, validation_data=eval_dataset, epochs=trainer.epochs,
+                        steps_per_epoch=steps_per_epoch, validation_steps=validation_steps,
                         callbacks=callbacks, verbose=2)
     losses = history.history.get("loss", [])
     if not losses or not np.all(np.isfinite(losses)):

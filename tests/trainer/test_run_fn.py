@@ -169,3 +169,22 @@ def test_batches_that_do_not_split_evenly_over_the_replicas(transformed, tmp_pat
                            [str(one_image)], str(transformed / "transform_graph"),
                            str(tmp_path / "run"), str(tmp_path / "serving"), str(tmp_path / "backup"))
     assert np.isfinite(history["val_loss"][0])
+
+
+def test_deterministic_training_gives_bit_identical_weights_and_restores_the_setting(
+        transformed, tmp_path):
+    """Two trainings in one process, 2 replicas, dropout on: with trainer.deterministic the
+    histories and every weight are bit-identical, and op determinism is off again afterwards."""
+    from tensorflow.python.framework import config as framework_config
+
+    pipeline_config = _config(epochs=2, deterministic=True)
+    histories, weights = [], []
+    for name in ("first", "second"):
+        histories.append(_train(transformed, tmp_path / name, pipeline_config))
+        model = keras.models.load_model(str(tmp_path / name / "run" / run_fn.DECODER_FILE), compile=False)
+        weights.append(model.get_weights())
+    assert histories[0] == histories[1]
+    assert len(weights[0]) == len(weights[1]) > 10
+    for first, second in zip(*weights, strict=True):
+        np.testing.assert_array_equal(first, second)
+    assert not framework_config.is_op_determinism_enabled()
