@@ -1,0 +1,52 @@
+"""The one-way house (``../shared/DESIGN.md``): ``components/`` never imports ``pipeline/``; the
+shared bottom modules import no stage; a stage imports only the bottom and the stages before it."""
+
+import ast
+import os
+
+import pytest
+
+from tests.paths import REPO_ROOT
+
+BOTTOM = ("components.config", "components.example_format", "components.caption_text",
+          "components.resnet_features")
+STAGES = ("ingestion", "transform", "trainer", "evaluation", "serving")
+
+
+def _modules():
+    for directory, _, files in os.walk(os.path.join(REPO_ROOT, "components")):
+        for name in files:
+            if name.endswith(".py"):
+                path = os.path.join(directory, name)
+                module = os.path.relpath(path, REPO_ROOT)[:-3].replace(os.sep, ".")
+                yield module.removesuffix(".__init__"), path
+
+
+def _imports(path):
+    with open(path, encoding="utf-8") as stream:
+        tree = ast.parse(stream.read())
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            yield from (alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            yield node.module
+            yield from (f"{node.module}.{alias.name}" for alias in node.names)
+
+
+def _stage(module: str):
+    parts = module.split(".")
+    return parts[1] if len(parts) > 2 and parts[1] in STAGES else None
+
+
+@pytest.mark.parametrize("module, path", sorted(_modules()))
+def test_imports_point_down_or_back_along_the_dag(module, path):
+    own = _stage(module)
+    for imported in _imports(path):
+        assert not imported.startswith("pipeline"), f"{module} imports {imported}"
+        if not imported.startswith("components."):
+            continue
+        if module in BOTTOM:
+            assert imported in BOTTOM, f"bottom module {module} imports {imported}"
+        target = _stage(imported)
+        if target and own:
+            assert STAGES.index(target) <= STAGES.index(own), f"{module} imports {imported}"
