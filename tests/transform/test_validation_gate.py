@@ -7,7 +7,7 @@ import tensorflow as tf
 from tfx import v1 as tfx
 
 from components import config as config_lib
-from pipeline import local_runner
+from pipeline import fingerprints, local_runner
 from pipeline.pipeline import validated_transform
 
 pytestmark = pytest.mark.slow
@@ -44,7 +44,8 @@ def _run(tmp_path, input_base):
         input_config=tfx.proto.Input(splits=[
             tfx.proto.Input.Split(name=split, pattern=f"{split}/*") for split in ("train", "dev", "test")]))
     components = [example_gen] + validated_transform(
-        example_gen.outputs["examples"], config_lib.PipelineConfig(), local_runner.SCHEMA_PATH, "test")
+        example_gen.outputs["examples"], config_lib.PipelineConfig(), local_runner.SCHEMA_PATH,
+        dict.fromkeys(fingerprints.STAGE_ENTRY_MODULES, "test"))
     metadata = tmp_path / "metadata.sqlite"
     tfx.orchestration.LocalDagRunner().run(tfx.dsl.Pipeline(
         pipeline_name="gate-test", pipeline_root=str(tmp_path / "root"), components=components,
