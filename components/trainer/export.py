@@ -15,9 +15,19 @@ Signatures (inputs → outputs; see README "Serving"):
 * ``serving_examples``: serialized ``tf.Example`` (``image_features`` bytes as
   ingestion writes them) → the same outputs, greedy.
 * ``transform_features``: serialized raw ``tf.Example`` → the Transform
-  output (the tf.Transform layer, with the vocabulary, is tracked by the model).
+  output, dense (``caption_ids`` 0-padded); the tf.Transform layer, with the
+  vocabulary, is tracked by the model.
 
-Only TensorFlow is needed to load and call it.
+Only TensorFlow is needed to load and call it, through ``tf.saved_model.load``
+or the TF1 session loader that TensorFlow Serving and ``saved_model_cli run``
+use. The model is written by Keras' ``ExportArchive``, not by
+``tf.saved_model.save`` on a ``tf.Module`` holding the Keras models. That
+module's checkpoint holds the Keras 3 ``KerasVariable`` wrappers (keys
+``.../_kernel/...``, each a copy), while the traced functions read the wrapped
+``tf.Variable`` objects, which have no checkpoint key: ``tf.saved_model.load``
+copes, but the TF1 loader restores by key, leaves those uninitialised and fails
+with ``Could not find variable``. ``ExportArchive`` tracks every variable the
+endpoints capture on the saved root.
 """
 
 import os
@@ -38,13 +48,13 @@ TOKENS = "tokens"
 SCORE = "score"
 
 
-class CaptionModule(tf.Module):
-    """Everything the signatures need, tracked for ``tf.saved_model.save``."""
+class CaptionModule:
+    """The computations behind the signatures (``endpoints``)."""
 
     def __init__(self, decoder: keras.Model, feature_extractor: keras.Model,
                  transform_output: tft.TFTransformOutput, vocabulary, max_length: int,
                  features: config_lib.FeaturesConfig, length_alpha: float = 0.0):
-        super().__init__()
+        self.decoder = decoder
         # The image is projected once; each decoding step runs the text decoder on one token.
         self.image_encoder, self.text_decoder = model_lib.split_model(decoder)
         self._incremental = model_lib.IncrementalDecoder(decoder)
@@ -102,26 +112,44 @@ class CaptionModule(tf.Module):
         return self.caption_features(image_features)
 
     def transform_features(self, examples):
-        return self.tft_layer(tf.io.parse_example(examples, self._raw_feature_spec))
+        transformed = self.tft_layer(tf.io.parse_example(examples, self._raw_feature_spec))
+        # Dense: a signature output that is a SparseTensor has no tensor name in the
+        # SignatureDef, and the TF1 loader (TF Serving, saved_model_cli run) cannot fetch it.
+        return {name: tf.sparse.to_dense(value) if isinstance(value, tf.SparseTensor) else value
+                for name, value in transformed.items()}
 
 
-def signatures(module: CaptionModule) -> dict:
+def endpoints(module: CaptionModule) -> dict:
+    """Signature name → (method, input specs)."""
     images = tf.TensorSpec([None], tf.string, name="images")
     width = tf.TensorSpec([], tf.int32, name="beam_width")
     features = tf.TensorSpec([None, example_format.FEATURE_POSITIONS, example_format.FEATURE_DEPTH],
                              tf.float32, name=example_format.IMAGE_FEATURES)
     examples = tf.TensorSpec([None], tf.string, name="examples")
-    # Bound methods, not lambdas: autograph cannot find a lambda's source among several per line.
     return {
-        "serving_default": tf.function(module.caption_images).get_concrete_function(images),
-        "beam_search": tf.function(module.caption_images_beam).get_concrete_function(images, width),
-        example_format.IMAGE_FEATURES: tf.function(module.image_feature_maps).get_concrete_function(images),
-        "caption_features": tf.function(module.caption_features).get_concrete_function(features),
-        "caption_features_beam": tf.function(module.caption_features_beam).get_concrete_function(
-            features, width),
-        "serving_examples": tf.function(module.caption_examples).get_concrete_function(examples),
-        "transform_features": tf.function(module.transform_features).get_concrete_function(examples),
+        "serving_default": (module.caption_images, [images]),
+        "beam_search": (module.caption_images_beam, [images, width]),
+        example_format.IMAGE_FEATURES: (module.image_feature_maps, [images]),
+        "caption_features": (module.caption_features, [features]),
+        "caption_features_beam": (module.caption_features_beam, [features, width]),
+        "serving_examples": (module.caption_examples, [examples]),
+        "transform_features": (module.transform_features, [examples]),
     }
+
+
+def write_saved_model(module: CaptionModule, export_dir: str) -> str:
+    archive = keras.export.ExportArchive()
+    for resource in (module.feature_extractor, module.decoder, module.tft_layer):
+        archive.track(resource)  # the tf.Transform layer: for its lookup tables
+    for name, (method, input_specs) in endpoints(module).items():
+        # Traced here, with autograph (ExportArchive's own wrapper turns it off, and the
+        # decoders loop over tensors). Bound methods, not lambdas: autograph cannot find a
+        # lambda's source among several per line.
+        function = tf.function(method, input_signature=input_specs)
+        function.get_concrete_function()
+        archive.add_endpoint(name, function)
+    archive.write_out(export_dir, verbose=False)
+    return export_dir
 
 
 def export_saved_model(decoder: keras.Model, transform_output_dir: str,
@@ -134,8 +162,7 @@ def export_saved_model(decoder: keras.Model, transform_output_dir: str,
     module = CaptionModule(decoder, resnet_features.build_feature_extractor(pipeline_config.features),
                            transform_output, vocabulary, max_length, pipeline_config.features,
                            pipeline_config.export.beam_length_alpha)
-    tf.saved_model.save(module, export_dir, signatures=signatures(module))
-    return export_dir
+    return write_saved_model(module, export_dir)
 
 
 def is_saved_model_dir(path: str) -> bool:
