@@ -21,6 +21,8 @@ OUTPUT_DIR ?= outputs
 # Extra config overrides: SET="trainer.epochs=5 trainer.per_replica_batch_size=64"
 SET ?=
 PYTEST_ARGS ?=
+# pytest-xdist workers for make test / test-fast (tests/conftest.py groups the tests)
+TEST_WORKERS ?= 2
 # Kubeflow Pipelines / Vertex AI: make pipeline-vertex PROJECT=my-project REGION=us-central1 BUCKET=my-bucket DATA_DIR=gs://...
 PROJECT ?=
 REGION ?= us-central1
@@ -66,11 +68,11 @@ check-java:
 
 # The CI command: every test, then the 15 slowest.
 test: $(STAMP) check-java
-	$(PY) -m pytest --durations=15 $(PYTEST_ARGS)
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadgroup --durations=15 $(PYTEST_ARGS)
 
 # While developing: no slow or e2e tests (under 5 minutes on 2 cores).
 test-fast: $(STAMP) check-java
-	$(PY) -m pytest -m "not slow and not e2e" --durations=5 $(PYTEST_ARGS)
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadgroup -m "not slow and not e2e" --durations=5 $(PYTEST_ARGS)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check components pipeline tests benchmarks setup.py

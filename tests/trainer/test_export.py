@@ -2,9 +2,11 @@
 like the in-process model, the signatures saved_model_cli lists, batching, beam width 1, bad
 bytes, serving-time tokenisation, and the command-line captioner."""
 
+import base64
 import glob
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -203,6 +205,52 @@ def test_every_signature_runs_in_the_tf1_session_loader_as_tf_serving_loads_it(l
     for name, value in in_process.items():
         np.testing.assert_array_equal(outputs["transform_features"][name], value.numpy(), err_msg=name)
     assert outputs["transform_features"][example_format.CAPTION_IDS].ndim == 2  # dense, 0-padded
+
+
+def _readme_rest_bodies() -> dict:
+    """{file stem: printf format} of the README's TF Serving request bodies."""
+    with open(os.path.join(REPO_ROOT, "README.md"), encoding="utf-8") as readme:
+        lines = re.findall(r"""^printf '(\{.*\})' "\$\(base64 -w0 dog\.jpg\)" > (\w+)\.json$""",
+                           readme.read(), re.MULTILINE)
+    return {stem: body_format for body_format, stem in lines}
+
+
+def _as_tf_serving_decodes_it(body: dict, signature) -> dict:
+    """TF Serving's REST predict API: {"b64": ...} is bytes; the row form ("instances", each a
+    dict of named inputs) stacks each input along a batch axis, the columnar form ("inputs")
+    takes each input whole; dtypes come from the signature."""
+    def decode(value):
+        if isinstance(value, dict) and set(value) == {"b64"}:
+            return base64.b64decode(value["b64"])
+        return [decode(item) for item in value] if isinstance(value, list) else value
+
+    if "instances" in body:
+        columns = {name: [decode(instance[name]) for instance in body["instances"]]
+                   for name in body["instances"][0]}
+    else:
+        columns = {name: decode(value) for name, value in body["inputs"].items()}
+    specs = signature.structured_input_signature[1]
+    assert set(columns) == set(specs), (set(columns), set(specs))
+    return {name: tf.constant(value, dtype=specs[name].dtype) for name, value in columns.items()}
+
+
+def test_readme_tf_serving_requests_caption_like_the_signatures(loaded, trained):
+    bodies = _readme_rest_bodies()
+    assert set(bodies) == {"greedy", "beam"}, bodies
+    _, images = _test_images(trained, count=1)
+    encoded = base64.b64encode(images[0]).decode("ascii")
+    expected = {
+        "greedy": ("serving_default", loaded.signatures["serving_default"](images=tf.constant(images))),
+        "beam": ("beam_search", loaded.signatures["beam_search"](images=tf.constant(images),
+                                                                beam_width=tf.constant(3)))}
+    for stem, body_format in bodies.items():
+        body = json.loads(body_format.replace("%s", encoded))  # what printf writes
+        signature_name, reference = expected[stem]
+        assert body["signature_name"] == signature_name
+        signature = loaded.signatures[signature_name]
+        served = signature(**_as_tf_serving_decodes_it(body, signature))
+        assert served["caption"].numpy().tolist() == reference["caption"].numpy().tolist()
+        np.testing.assert_array_equal(served["tokens"].numpy(), reference["tokens"].numpy())
 
 
 def test_saved_model_cli_lists_the_documented_signatures(trained):
