@@ -142,6 +142,9 @@ class ExportConfig:
     # Beam search ranks hypotheses by log-probability / ((5 + length) / 6) ** alpha
     # (GNMT). 0 ranks by the plain sum, which favours short, generic captions.
     beam_length_alpha: float = 0.0
+    # The widest beam a serving request may ask for: beam search holds beam_width
+    # hypotheses per image, so an unchecked width is a request-sized memory bill.
+    max_beam_width: int = 16
     push_destination: str = ""  # empty: <output_dir>/serving_model
 
 
@@ -358,6 +361,7 @@ _SECTION_RULES = {
     "export": _rules("export", [
         ("max_decode_length", _at_least(0), "must be >= 0 (0: the Transform's maximum caption length)"),
         ("beam_length_alpha", _at_least(0), "must be finite and >= 0"),
+        ("max_beam_width", lambda value: _at_least(1)(value) and value <= 1024, "must be in 1..1024"),
     ]),
     "evaluation": _rules("evaluation", [
         ("splits", lambda value: len(value) > 0 and len(set(value)) == len(value)
@@ -398,6 +402,11 @@ def _cross_section_problems(pipeline_config: PipelineConfig) -> list:
         if evaluation.bless_metric == "METEOR" and not evaluation.with_meteor:
             problems.append(_problem("evaluation.bless_metric", evaluation.bless_metric,
                                      "needs evaluation.with_meteor=true"))
+    export = pipeline_config.export
+    if evaluation is not None and export is not None and evaluation.beam_width > export.max_beam_width:
+        problems.append(_problem("evaluation.beam_width", evaluation.beam_width,
+                                 f"must be <= export.max_beam_width ({export.max_beam_width}): the "
+                                 "evaluator decodes through the serving signatures"))
     return problems
 
 

@@ -57,6 +57,7 @@ def _rank(item) -> int:
     return 2 if item.get_closest_marker("slow") else 3
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the marks into the node ids
 def pytest_collection_modifyitems(config, items):
     """Marks each test with its group and orders whole groups longest first (e2e, the trained
     model's users, groups with slow tests, the rest); a group's tests keep their order and stay

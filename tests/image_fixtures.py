@@ -37,3 +37,22 @@ def convertible_files() -> dict:
         "rgba.jpg": picture("RGBA", image_format="PNG"),
         "palette.jpg": picture("P", image_format="PNG"),
     }
+
+
+def header_bomb_jpeg(width=12000, height=12000) -> bytes:
+    """A 16x16 JPEG whose SOF0 header claims ``width`` x ``height``: a few hundred bytes that a
+    decoder trusting the header would expand to width x height x 3 bytes (of corrupt data)."""
+    stream = io.BytesIO()
+    Image.new("RGB", (16, 16), (200, 10, 10)).save(stream, format="JPEG")
+    data = bytearray(stream.getvalue())
+    start_of_frame = data.index(b"\xff\xc0")
+    data[start_of_frame + 5:start_of_frame + 7] = height.to_bytes(2, "big")
+    data[start_of_frame + 7:start_of_frame + 9] = width.to_bytes(2, "big")
+    return bytes(data)
+
+
+def pixel_bomb_png(width=8000, height=8000) -> bytes:
+    """A real, valid ``width`` x ``height`` PNG of one colour: tens of KB on disk."""
+    stream = io.BytesIO()
+    Image.new("L", (width, height)).save(stream, format="PNG", optimize=True)
+    return stream.getvalue()

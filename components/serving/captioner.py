@@ -5,7 +5,8 @@
 ``DIR`` is either a SavedModel directory (the Trainer's ``Format-Serving``) or
 a push destination holding numbered version directories, of which the newest
 complete one is used. Prints ``<file>\\t<caption>`` per image, in order. A
-missing file or a file that is not an image is reported on stderr by name and
+missing file, or an image the model refuses (its ``error`` output: not an
+image, corrupt, over the pixel limit), is reported on stderr by name and
 skipped; the exit status is then 1. A model directory without a SavedModel
 is exit status 2.
 """
@@ -13,7 +14,7 @@ is exit status 2.
 import argparse
 import os
 import sys
-from typing import List, Optional, Sequence
+from typing import List, Optional, Sequence, Tuple
 
 EXIT_BAD_INPUT = 1
 EXIT_BAD_MODEL = 2
@@ -42,27 +43,20 @@ def resolve_model_dir(path: str) -> str:
 
 
 def read_images(paths: Sequence[str]):
-    """``(readable [(path, bytes)], errors [str])``: each file checked to decode as an image."""
-    import tensorflow as tf
-
+    """``(readable [(path, bytes)], errors [str])``: the files that exist, read whole."""
     readable, errors = [], []
     for path in paths:
         if not os.path.isfile(path):
             errors.append(f"{path}: no such file")
             continue
         with open(path, "rb") as stream:
-            image_bytes = stream.read()
-        try:
-            tf.io.decode_image(image_bytes, channels=3, expand_animations=False)
-        except tf.errors.InvalidArgumentError as error:
-            errors.append(f"{path}: not a readable JPEG/PNG/GIF/BMP image ({error.message.strip()})")
-            continue
-        readable.append((path, image_bytes))
+            readable.append((path, stream.read()))
     return readable, errors
 
 
-def caption_images(model_dir: str, images: List[bytes], beam_width: int = 0) -> List[str]:
-    """Captions for a batch of image bytes: greedy, or beam search when ``beam_width`` ≥ 1."""
+def caption_images(model_dir: str, images: List[bytes], beam_width: int = 0) -> List[Tuple[str, str]]:
+    """(caption, error) per image: greedy, or beam search when ``beam_width`` ≥ 1; the error
+    is empty when the image was captioned."""
     import tensorflow as tf
 
     model = tf.saved_model.load(resolve_model_dir(model_dir))
@@ -71,7 +65,8 @@ def caption_images(model_dir: str, images: List[bytes], beam_width: int = 0) -> 
         outputs = model.signatures["beam_search"](images=batch, beam_width=tf.constant(beam_width))
     else:
         outputs = model.signatures["serving_default"](images=batch)
-    return [caption.decode("utf-8") for caption in outputs["caption"].numpy()]
+    return [(caption.decode("utf-8"), error.decode("utf-8"))
+            for caption, error in zip(outputs["caption"].numpy(), outputs["error"].numpy(), strict=True)]
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
@@ -94,11 +89,22 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     readable, errors = read_images(args.images)
     for message in errors:
         print(f"error: {message}", file=sys.stderr)
+    failed = bool(errors)
     if readable:
-        captions = caption_images(model_dir, [image for _, image in readable], args.beam_width)
-        for (path, _), text in zip(readable, captions, strict=False):
-            print(f"{path}\t{text}")
-    return EXIT_BAD_INPUT if errors else 0
+        import tensorflow as tf
+
+        try:
+            captions = caption_images(model_dir, [image for _, image in readable], args.beam_width)
+        except tf.errors.InvalidArgumentError as error:  # a request the model refuses whole
+            print(f"error: {error.message.strip().splitlines()[0]}", file=sys.stderr)
+            return EXIT_BAD_INPUT
+        for (path, _), (text, error) in zip(readable, captions, strict=True):
+            if error:
+                print(f"error: {path}: {error}", file=sys.stderr)
+                failed = True
+            else:
+                print(f"{path}\t{text}")
+    return EXIT_BAD_INPUT if failed else 0
 
 
 if __name__ == "__main__":

@@ -4,14 +4,17 @@ Signatures (inputs → outputs; see README "Serving"):
 
 * ``serving_default``: ``images`` (string ``[batch]``, JPEG/PNG bytes) →
   ``caption`` (string), ``tokens`` (int32 ``[batch, max_length - 1]``, 0-padded),
-  ``score`` (float32, summed log-probability), greedy decoding. Decoding,
-  resizing, ResNet50 preprocessing and the ResNet50 feature extractor (the
-  weights ingestion used) are in the graph.
-* ``beam_search``: ``images`` and ``beam_width`` (int32 scalar) → the same outputs.
+  ``score`` (float32, summed log-probability), ``error`` (string, empty when
+  the image was captioned), greedy decoding. Decoding (``components.image_graph``:
+  the header's pixel count checked against ``features.max_image_pixels`` first,
+  one bad image fails only its own row), resizing, ResNet50 preprocessing and
+  the ResNet50 feature extractor (the weights ingestion used) are in the graph.
+* ``beam_search``: ``images`` and ``beam_width`` (int32 scalar, 1 to
+  ``export.max_beam_width``, else ``InvalidArgumentError``) → the same outputs.
 * ``caption_features``: ``image_features`` (float32 ``[batch, 49, 2048]``) → the
   same outputs, greedy; ``caption_features_beam`` adds ``beam_width``.
 * ``image_features``: ``images`` → ``image_features`` (float32 ``[batch, 49, 2048]``),
-  the ResNet50 feature maps alone, as ingestion computes them.
+  the ResNet50 feature maps alone, as ingestion computes them, and ``error``.
 * ``serving_examples``: serialized ``tf.Example`` (``image_features`` bytes as
   ingestion writes them) → the same outputs, greedy.
 * ``transform_features``: serialized raw ``tf.Example`` → the Transform
@@ -37,7 +40,7 @@ import tensorflow as tf
 import tensorflow_transform as tft
 
 from components import config as config_lib
-from components import example_format, resnet_features
+from components import example_format, image_graph, resnet_features
 from components.trainer import decoding
 from components.trainer import model as model_lib
 from components.transform import preprocessing
@@ -46,6 +49,7 @@ ASSETS_EXTRA_DIR = "assets.extra"  # beside the SavedModel; TF Serving ignores i
 CAPTION = "caption"
 TOKENS = "tokens"
 SCORE = "score"
+ERROR = "error"  # per image: empty, or why the image was not captioned
 
 
 class CaptionModule:
@@ -53,7 +57,7 @@ class CaptionModule:
 
     def __init__(self, decoder: keras.Model, feature_extractor: keras.Model,
                  transform_output: tft.TFTransformOutput, vocabulary, max_length: int,
-                 features: config_lib.FeaturesConfig, length_alpha: float = 0.0):
+                 features: config_lib.FeaturesConfig, export: config_lib.ExportConfig):
         self.decoder = decoder
         # The image is projected once; each decoding step runs the text decoder on one token.
         self.image_encoder, self.text_decoder = model_lib.split_model(decoder)
@@ -65,7 +69,9 @@ class CaptionModule:
         self._vocabulary_size = len(vocabulary)
         self._max_length = max_length
         self._image_size = features.image_size
-        self._length_alpha = length_alpha
+        self._max_image_pixels = features.max_image_pixels
+        self._length_alpha = export.beam_length_alpha
+        self._max_beam_width = export.max_beam_width
 
     def _project(self, image_features):
         return self.image_encoder(image_features, training=False)
@@ -73,17 +79,23 @@ class CaptionModule:
     def _outputs(self, ids, scores):
         return {CAPTION: decoding.ids_to_captions(ids, self.vocabulary), TOKENS: ids, SCORE: scores}
 
-    def image_features(self, images):
-        def decode_one(image_bytes):
-            pixels = tf.io.decode_image(image_bytes, channels=3, expand_animations=False)
-            return resnet_features.resize_for_resnet(pixels, self._image_size)
+    def _checked_beam_width(self, beam_width):
+        message = f"beam_width must be in 1..{self._max_beam_width} (export.max_beam_width)"
+        with tf.control_dependencies([
+                tf.debugging.assert_greater_equal(beam_width, 1, message=message),
+                tf.debugging.assert_less_equal(beam_width, self._max_beam_width, message=message)]):
+            return tf.identity(beam_width)
 
-        resized = tf.map_fn(decode_one, images, fn_output_signature=tf.TensorSpec(
-            [self._image_size, self._image_size, 3], tf.float32))
-        return self.feature_extractor(resized, training=False)
+    def image_features(self, images):
+        """(``float32 [batch, 49, 2048]``, ``string [batch]`` errors); zeros where an image failed."""
+        resized, errors = image_graph.decode_images(
+            images, self._image_size, self._max_image_pixels,
+            lambda pixels: resnet_features.resize_for_resnet(pixels, self._image_size))
+        return self.feature_extractor(resized, training=False), errors
 
     def image_feature_maps(self, images):
-        return {example_format.IMAGE_FEATURES: self.image_features(images)}
+        image_features, errors = self.image_features(images)
+        return {example_format.IMAGE_FEATURES: image_features, ERROR: errors}
 
     def caption_features(self, image_features):
         projection = self._project(image_features)
@@ -92,16 +104,28 @@ class CaptionModule:
             self._max_length, self._vocabulary_size))
 
     def caption_features_beam(self, image_features, beam_width):
+        beam_width = self._checked_beam_width(beam_width)
         projection = self._project(image_features)
         return self._outputs(*decoding.beam_search_decode(
             self._incremental.step, projection, self._incremental.initial_state(projection),
             self._max_length, self._vocabulary_size, beam_width, self._length_alpha))
 
+    @staticmethod
+    def _with_errors(outputs, errors):
+        """An image that failed gets an empty caption, zero tokens and score, and its error."""
+        failed = tf.not_equal(errors, "")
+        return {CAPTION: tf.where(failed, "", outputs[CAPTION]),
+                TOKENS: tf.where(failed[:, tf.newaxis], tf.zeros_like(outputs[TOKENS]), outputs[TOKENS]),
+                SCORE: tf.where(failed, tf.zeros_like(outputs[SCORE]), outputs[SCORE]),
+                ERROR: errors}
+
     def caption_images(self, images):
-        return self.caption_features(self.image_features(images))
+        image_features, errors = self.image_features(images)
+        return self._with_errors(self.caption_features(image_features), errors)
 
     def caption_images_beam(self, images, beam_width):
-        return self.caption_features_beam(self.image_features(images), beam_width)
+        image_features, errors = self.image_features(images)
+        return self._with_errors(self.caption_features_beam(image_features, beam_width), errors)
 
     def caption_examples(self, examples):
         parsed = tf.io.parse_example(examples, {
@@ -161,7 +185,7 @@ def export_saved_model(decoder: keras.Model, transform_output_dir: str,
     max_length = pipeline_config.export.max_decode_length or facts["max_caption_length"]
     module = CaptionModule(decoder, resnet_features.build_feature_extractor(pipeline_config.features),
                            transform_output, vocabulary, max_length, pipeline_config.features,
-                           pipeline_config.export.beam_length_alpha)
+                           pipeline_config.export)
     return write_saved_model(module, export_dir)
 
 

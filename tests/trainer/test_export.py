@@ -21,6 +21,7 @@ from components.serving import captioner
 from components.trainer import model as model_lib
 from components.trainer import run_fn
 from components.transform import preprocessing
+from tests import image_fixtures
 from tests.paths import REPO_ROOT, SHARED_DATA_DIR
 
 pytestmark = pytest.mark.slow
@@ -153,6 +154,11 @@ def _saved_model_cli_run(model_dir, signature, inputs, work_dir):
 
 
 def _assert_same_captions(cli_outputs, in_process, signature):
+    assert set(cli_outputs) == set(in_process), signature
+    if "error" in in_process:  # the image signatures: the last image is not one
+        assert cli_outputs["error"].tolist() == in_process["error"].numpy().tolist(), signature
+        assert cli_outputs["error"][-1].startswith(b"unsupported_format") and not any(
+            cli_outputs["error"][:-1])
     assert cli_outputs["caption"].tolist() == in_process["caption"].numpy().tolist(), signature
     np.testing.assert_array_equal(cli_outputs["tokens"], in_process["tokens"].numpy())
     np.testing.assert_allclose(cli_outputs["score"], in_process["score"].numpy(), atol=1e-4)
@@ -165,7 +171,7 @@ def test_every_signature_runs_in_the_tf1_session_loader_as_tf_serving_loads_it(l
                                                 "*.jpg")))[:3]
     if not real_photos:
         pytest.skip("../shared/data/flickr8k_sample is not beside this checkout")
-    images = [open(path, "rb").read() for path in real_photos]
+    images = [open(path, "rb").read() for path in real_photos] + [b"not an image"]
     np.save(tmp_path / "images.npy", np.array(images, dtype=object), allow_pickle=True)
     np.save(tmp_path / "beam_width.npy", np.int32(3))
     raw_paths = sorted(glob.glob(os.path.join(trained["examples"], "Split-test", "*")))
@@ -200,6 +206,8 @@ def test_every_signature_runs_in_the_tf1_session_loader_as_tf_serving_loads_it(l
         image_features=image_features, beam_width=tf.constant(3)), "caption_features_beam")
     np.testing.assert_allclose(outputs["image_features"]["image_features"], image_features.numpy(),
                                atol=1e-4)
+    assert outputs["image_features"]["error"].tolist() == [b""] * len(real_photos) + [
+        b"unsupported_format: not a JPEG, PNG, GIF or BMP image"]
     in_process = loaded.signatures["transform_features"](examples=tf.constant(raw_records))
     assert set(outputs["transform_features"]) == set(in_process)
     for name, value in in_process.items():
@@ -310,13 +318,75 @@ def test_beam_width_one_equals_greedy_and_wider_beams_score_at_least_as_high(loa
     assert np.all(wide["score"].numpy() >= greedy["score"].numpy() - 1e-4)
 
 
-def test_corrupt_bytes_give_a_clear_error_and_the_model_keeps_serving(loaded, trained):
+def test_one_bad_image_fails_only_its_own_row(loaded, trained):
+    """Good, garbage, empty, truncated and bomb bytes in one batch: each bad row has an empty
+    caption, zero tokens and score, and its reason; the good rows caption as they do alone."""
+    _, (good,) = _test_images(trained, count=1)
+    bad = {"garbage": b"not an image at all", "empty": b"", "truncated": good[:len(good) // 2],
+           "header_bomb_jpeg": image_fixtures.header_bomb_jpeg(),
+           "pixel_bomb_png": image_fixtures.pixel_bomb_png()}
+    reasons = ["unsupported_format", "empty_image", "corrupt_image", "too_many_pixels", "too_many_pixels"]
+    batch = tf.constant([good, *bad.values(), good])
+    for signature, extra in (("serving_default", {}), ("beam_search", {"beam_width": tf.constant(2)})):
+        alone = loaded.signatures[signature](images=tf.constant([good]), **extra)
+        outputs = loaded.signatures[signature](images=batch, **extra)
+        errors = [error.decode() for error in outputs["error"].numpy()]
+        assert errors[0] == errors[-1] == "" and alone["error"].numpy().tolist() == [b""]
+        for row in (0, -1):
+            assert outputs["caption"].numpy()[row] == alone["caption"].numpy()[0]
+            np.testing.assert_array_equal(outputs["tokens"].numpy()[row], alone["tokens"].numpy()[0])
+        for row, (name, reason) in enumerate(zip(bad, reasons, strict=True), start=1):
+            assert errors[row].startswith(reason + ": "), (signature, name, errors[row])
+            assert outputs["caption"].numpy()[row] == b"" and not outputs["tokens"].numpy()[row].any()
+            assert outputs["score"].numpy()[row] == 0.0
+        assert "features.max_image_pixels = 40000000" in errors[4]
+
+
+@pytest.mark.parametrize("beam_width", [0, -1, 17, 100_000])
+def test_beam_width_outside_the_limit_is_refused_naming_it(loaded, trained, beam_width):
     _, images = _test_images(trained, count=1)
-    for corrupt in (b"", b"not an image at all", images[0][:20]):
-        with pytest.raises(tf.errors.InvalidArgumentError,
-                           match="(?i)image|jpeg|format|truncated|corrupt"):
-            loaded.signatures["serving_default"](images=tf.constant([corrupt]))
-    assert loaded.signatures["serving_default"](images=tf.constant(images))["caption"].shape == (1,)
+    with pytest.raises(tf.errors.InvalidArgumentError, match=r"beam_width must be in 1\.\.16 "
+                                                             r"\(export\.max_beam_width\)"):
+        loaded.signatures["beam_search"](images=tf.constant(images), beam_width=tf.constant(beam_width))
+    with pytest.raises(tf.errors.InvalidArgumentError, match=r"export\.max_beam_width"):
+        loaded.signatures["caption_features_beam"](
+            image_features=tf.zeros([1, 49, 2048]), beam_width=tf.constant(beam_width))
+
+
+BOMB_PROCESS = """
+import resource, sys
+import tensorflow as tf
+model_dir, good_path, bomb_jpeg_path, bomb_png_path = sys.argv[1:]
+serve = tf.saved_model.load(model_dir).signatures["serving_default"]
+serve(images=tf.constant([open(good_path, "rb").read()]))  # traced and warm
+before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+errors = serve(images=tf.constant([open(bomb_jpeg_path, "rb").read(),
+                                   open(bomb_png_path, "rb").read()]))["error"].numpy()
+growth_mb = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) / 1024
+print("GROWTH_MB", growth_mb)
+for error in errors:
+    print("ERROR", error.decode())
+"""
+
+
+def test_decompression_bombs_are_refused_from_the_header_without_a_memory_spike(trained, tmp_path):
+    """Decoded, the 633-byte JPEG (12000x12000 header) is 432 MB and the 62 KB PNG 192 MB; the
+    peak RSS of a fresh serving process grows by far less than either."""
+    paths, _ = _test_images(trained, count=1)
+    (tmp_path / "bomb.jpg").write_bytes(image_fixtures.header_bomb_jpeg())
+    (tmp_path / "bomb.png").write_bytes(image_fixtures.pixel_bomb_png())
+    completed = subprocess.run(
+        [sys.executable, "-c", BOMB_PROCESS, trained["serving_model"], paths[0],
+         str(tmp_path / "bomb.jpg"), str(tmp_path / "bomb.png")],
+        capture_output=True, text=True, timeout=300)
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    lines = completed.stdout.splitlines()
+    growth_mb = float([line for line in lines if line.startswith("GROWTH_MB")][0].split()[1])
+    errors = [line[len("ERROR "):] for line in lines if line.startswith("ERROR ")]
+    limit = "features.max_image_pixels = 40000000"
+    assert errors == [f"too_many_pixels: header says 12000x12000 = 144000000 pixels, over {limit}",
+                      f"too_many_pixels: header says 8000x8000 = 64000000 pixels, over {limit}"]
+    assert growth_mb < 300, growth_mb
 
 
 def test_examples_and_features_signatures_agree_with_serving_tokenisation(loaded, trained):
@@ -361,7 +431,7 @@ def test_command_line_captioner(trained, tmp_path, capsys):
                            str(missing), str(not_an_image), paths[0]]) == captioner.EXIT_BAD_INPUT
     captured = capsys.readouterr()
     assert f"{missing}: no such file" in captured.err
-    assert f"{not_an_image}: not a readable JPEG/PNG/GIF/BMP image" in captured.err
+    assert f"error: {not_an_image}: unsupported_format: not a JPEG, PNG, GIF or BMP image" in captured.err
     assert captured.out.startswith(f"{paths[0]}\t") and len(captured.out.strip().splitlines()) == 1
 
     empty = tmp_path / "empty_model"
