@@ -202,7 +202,7 @@ def print_outputs(pipeline_config: config_lib.PipelineConfig) -> None:
               f"{facts['train_captions_truncated']} of {facts['train_captions']} train captions truncated")
         print(f"  GloVe: {embedding['words_found']}/{embedding['vocabulary_size']} words found, "
               f"{100 * embedding['token_weighted_coverage']:.1f}% of train tokens "
-              f"({embedding['glove_path'] or 'no GloVe file: random, trainable embedding'})")
+              f"({embedding['glove_file'] or 'no GloVe file: random, trainable embedding'})")
     model_uri = latest_artifact_uri(output_dir, "Model", "Trainer")
     run_uri = latest_artifact_uri(output_dir, "ModelRun", "Trainer")
     print(f"Trained model: {model_uri}")

@@ -23,14 +23,17 @@ Signatures (inputs → outputs; see README "Serving"):
 
 Only TensorFlow is needed to load and call it, through ``tf.saved_model.load``
 or the TF1 session loader that TensorFlow Serving and ``saved_model_cli run``
-use. The model is written by Keras' ``ExportArchive``, not by
-``tf.saved_model.save`` on a ``tf.Module`` holding the Keras models. That
-module's checkpoint holds the Keras 3 ``KerasVariable`` wrappers (keys
+use. The Keras models are not tracked on the saved root: a tracked Keras 3
+layer is checkpointed as its ``KerasVariable`` wrappers (keys
 ``.../_kernel/...``, each a copy), while the traced functions read the wrapped
-``tf.Variable`` objects, which have no checkpoint key: ``tf.saved_model.load``
-copes, but the TF1 loader restores by key, leaves those uninitialised and fails
-with ``Could not find variable``. ``ExportArchive`` tracks every variable the
-endpoints capture on the saved root.
+``tf.Variable`` objects, which then have no checkpoint key:
+``tf.saved_model.load`` copes, but the TF1 loader restores by key, leaves those
+uninitialised and fails with ``Could not find variable``. The root tracks the
+variables the signatures capture instead, as Keras' ``ExportArchive`` does.
+``ExportArchive`` itself does not serve: it tracks lookup tables but not the
+tf.Transform layer's other assets, so the vocabulary-counts file that the
+Transform graph reads was inlined as a constant holding the training
+machine's absolute path (measured; see ``write_saved_model``).
 """
 
 import os
@@ -162,17 +165,19 @@ def endpoints(module: CaptionModule) -> dict:
 
 
 def write_saved_model(module: CaptionModule, export_dir: str) -> str:
-    archive = keras.export.ExportArchive()
-    for resource in (module.feature_extractor, module.decoder, module.tft_layer):
-        archive.track(resource)  # the tf.Transform layer: for its lookup tables
+    root = tf.Module()
+    # Tables and asset files (saved under assets/, referred to by relative paths).
+    root.transform_layer = module.tft_layer
+    signatures, captured = {}, {}
     for name, (method, input_specs) in endpoints(module).items():
-        # Traced here, with autograph (ExportArchive's own wrapper turns it off, and the
-        # decoders loop over tensors). Bound methods, not lambdas: autograph cannot find a
-        # lambda's source among several per line.
+        # Bound methods, not lambdas: autograph cannot find a lambda's source among several
+        # per line.
         function = tf.function(method, input_signature=input_specs)
-        function.get_concrete_function()
-        archive.add_endpoint(name, function)
-    archive.write_out(export_dir, verbose=False)
+        signatures[name] = function.get_concrete_function()
+        setattr(root, name, function)  # also callable as loaded.<name>(...)
+        captured.update((id(variable), variable) for variable in signatures[name].variables)
+    root.captured_variables = list(captured.values())
+    tf.saved_model.save(root, export_dir, signatures=signatures)
     return export_dir
 
 

@@ -19,6 +19,8 @@ Rows of the matrix (documented in README "Transform"):
 
 import dataclasses
 import gzip
+import hashlib
+import os
 import zipfile
 import zlib
 from typing import BinaryIO, Dict, Iterable, Iterator, Optional, Sequence, Set, Tuple
@@ -40,7 +42,9 @@ class EmbeddingCoverage:
     words_found: int
     token_weighted_coverage: float  # share of training-caption tokens whose word was found
     dim: int
-    glove_path: str
+    # The file by name and content, never by path: the facts travel inside the pushed model.
+    glove_file: str  # base name; empty without GloVe
+    glove_sha256: str
     lines_read: int
 
     @property
@@ -153,7 +157,16 @@ def build_embedding_matrix(
         words_found=int(found_mask.sum()),
         token_weighted_coverage=float(counts[found_mask].sum() / counts.sum()) if counts.sum() else 0.0,
         dim=dim,
-        glove_path=glove_path,
+        glove_file=os.path.basename(glove_path.rstrip("/")) if glove_path else "",
+        glove_sha256=file_sha256(glove_path) if glove_path else "",
         lines_read=lines_read,
     )
     return matrix, coverage
+
+
+def file_sha256(path: str) -> str:
+    digest = hashlib.sha256()
+    with _open_binary(path) as stream:
+        for block in iter(lambda: stream.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()

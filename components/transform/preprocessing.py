@@ -58,6 +58,30 @@ RAW_FEATURE_SPEC = {
 }
 
 
+class _UnnamedTextFileInitializer(tf.lookup.TextFileInitializer):
+    """A ``TextFileInitializer`` that does not name its table after the file.
+
+    TensorFlow names a ``StaticHashTable`` after its initializer's file path, and
+    tf.Transform builds the table while the vocabulary is still a temporary file
+    of the analysis: that machine's absolute path would be in the transform graph
+    and in every SavedModel exported from it. Given no name by its initializer,
+    ``StaticHashTable`` draws a random one.
+    """
+
+    @property
+    def _shared_name(self):
+        return ""
+
+
+def _lookup_words(tokens: tf.RaggedTensor, vocabulary_path):
+    """Word → line number in the vocabulary file, -1 when absent (``tft.apply_vocabulary``'s
+    default lookup, with an unnamed table)."""
+    table = tf.lookup.StaticHashTable(_UnnamedTextFileInitializer(
+        vocabulary_path, tf.string, tf.lookup.TextFileIndex.WHOLE_LINE,
+        tf.int64, tf.lookup.TextFileIndex.LINE_NUMBER), default_value=-1)
+    return tf.ragged.map_flat_values(table.lookup, tokens), table.size()
+
+
 def raw_metadata():
     """``DatasetMetadata`` of :data:`RAW_FEATURE_SPEC`, for running ``preprocessing_fn`` on
     in-memory rows with tf.Transform's Beam API (tests, benchmarks, notebooks)."""
@@ -99,7 +123,7 @@ def preprocessing_fn(inputs: Dict[str, tf.Tensor], custom_config: Optional[dict]
     for asset in (VOCABULARY_ASSET, MATRIX_ASSET, example_format.FACTS_FILE):
         tft.annotate_asset(asset, asset)
 
-    word_ids = tft.apply_vocabulary(tokens, vocabulary_path, default_value=-1)
+    word_ids = tft.apply_vocabulary(tokens, vocabulary_path, lookup_fn=_lookup_words)
     word_ids = tf.ragged.map_flat_values(
         lambda ids: tf.where(ids < 0, tf.constant(caption_text.UNK_ID, tf.int64),
                              ids + caption_text.NUM_RESERVED_IDS), word_ids)

@@ -261,6 +261,28 @@ def test_readme_tf_serving_requests_caption_like_the_signatures(loaded, trained)
         np.testing.assert_array_equal(served["tokens"].numpy(), reference["tokens"].numpy())
 
 
+def test_nothing_exported_names_a_path_of_the_training_machine(trained):
+    """The fixture wrote everything (data, GloVe, Transform, model) under one temporary root;
+    no byte of the SavedModel, its assets or assets.extra names it. GloVe is recorded by file
+    name and sha256."""
+    import hashlib
+
+    root = os.path.dirname(trained["serving_model"])
+    model_dir = trained["serving_model"]
+    exported = [os.path.join(model_dir, "saved_model.pb")] + [
+        os.path.join(directory, name)
+        for folder in ("assets", "assets.extra")
+        for directory, _, names in os.walk(os.path.join(model_dir, folder)) for name in names]
+    assert len(exported) >= 3, exported
+    for path in exported:
+        with open(path, "rb") as stream:
+            assert root.encode() not in stream.read(), path
+    facts = json.loads(open(os.path.join(model_dir, "assets.extra", example_format.FACTS_FILE)).read())
+    glove_path = trained["dataset"].glove_path
+    assert facts["embedding"]["glove_file"] == os.path.basename(glove_path)
+    assert facts["embedding"]["glove_sha256"] == hashlib.sha256(open(glove_path, "rb").read()).hexdigest()
+
+
 def test_saved_model_cli_lists_the_documented_signatures(trained):
     listing = subprocess.run([SAVED_MODEL_CLI, "show", "--dir", trained["serving_model"], "--all"],
                              capture_output=True, text=True, check=True, timeout=300).stdout
