@@ -68,11 +68,11 @@ check-java:
 
 # The CI command: every test, then the 15 slowest.
 test: $(STAMP) check-java
-	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadgroup --durations=15 $(PYTEST_ARGS)
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder --durations=15 $(PYTEST_ARGS)
 
 # While developing: no slow or e2e tests (under 5 minutes on 2 cores).
 test-fast: $(STAMP) check-java
-	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadgroup -m "not slow and not e2e" --durations=5 $(PYTEST_ARGS)
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder -m "not slow and not e2e" --durations=5 $(PYTEST_ARGS)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check components pipeline tests benchmarks setup.py

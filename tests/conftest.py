@@ -7,7 +7,9 @@
   test gets an ``xdist_group``: its module, so a module's fixtures are built
   once; both users of the session-wide trained model share one; each
   end-to-end test is its own. The longest units are put first, so no worker
-  starts a 7-minute pipeline test when the other is nearly done.
+  starts a 7-minute pipeline test when the other is nearly done (the Makefile
+  passes ``--no-loadscope-reorder``: xdist otherwise orders the groups by their
+  number of tests, which puts the one-test end-to-end groups last).
 """
 
 import pytest

@@ -1,9 +1,15 @@
 """Tests of the atomic Pusher: only blessed models are pushed, into a new numbered version
-directory that never exists without its saved_model.pb, even when the copy dies midway."""
+directory that never exists without its saved_model.pb (on local disk and on an object store),
+even when the copy dies midway; versions after every existing one, stale leftovers removed,
+concurrent pushes given different versions."""
 
 import os
+import threading
+import time
+import uuid
 
 import pytest
+from tfx.dsl.io import fileio
 from tfx.proto import pusher_pb2
 from tfx.types import standard_artifacts
 from tfx.utils import io_utils, proto_utils
@@ -31,7 +37,7 @@ def _blessing(root, blessed):
 
 def _push(root, destination, blessing=None, model_name="model"):
     pushed = standard_artifacts.PushedModel()
-    pushed.uri = str(root / f"pushed_{len(os.listdir(root))}")
+    pushed.uri = str(root / f"pushed_{uuid.uuid4().hex}")
     inputs = {"model": [_model_artifact(root, model_name)]}
     if blessing is not None:
         inputs["model_blessing"] = [blessing]
@@ -40,6 +46,11 @@ def _push(root, destination, blessing=None, model_name="model"):
     pusher.AtomicPushExecutor().Do(inputs, {"pushed_model": [pushed]},
                                    {"push_destination": push_destination, "custom_config": None})
     return pushed
+
+
+def _visible(destination):
+    """What TF Serving would consider: the names that are not hidden."""
+    return sorted(name for name in os.listdir(destination) if not name.startswith("."))
 
 
 def test_unblessed_model_is_not_pushed_and_blessed_one_is(tmp_path):
@@ -65,7 +76,7 @@ def test_two_models_get_two_versions_and_the_same_model_is_not_pushed_twice(tmp_
     again = _push(tmp_path, destination, model_name="model_a")
     assert again.get_int_custom_property("pushed") == 1
     assert again.get_string_custom_property("pushed_version") == first
-    assert sorted(os.listdir(destination)) == sorted([first, second])
+    assert _visible(destination) == sorted([first, second])
 
 
 def test_a_copy_that_dies_midway_leaves_no_version_directory(tmp_path, monkeypatch):
@@ -78,4 +89,127 @@ def test_a_copy_that_dies_midway_leaves_no_version_directory(tmp_path, monkeypat
     monkeypatch.setattr(io_utils, "copy_dir", dying_copy)
     with pytest.raises(OSError, match="disk full"):
         _push(tmp_path, destination)
-    assert os.listdir(destination) == []  # neither a version nor the staging directory
+    assert _visible(destination) == []  # no version
+    assert os.listdir(destination) == [pusher.CLAIMS_DIR]  # nor the staging directory
+    assert os.listdir(destination / pusher.CLAIMS_DIR) == []  # and the claim is withdrawn
+
+
+class ObjectStoreRecorder:
+    """What a reader of an object store (gs://) could see: every object the push creates, in
+    order, with a directory rename performed as GCS does it, object by object in name order."""
+
+    def __init__(self, monkeypatch):
+        self.created = []
+        real_copy, real_rename = fileio.copy, fileio.rename
+
+        def copy(source, target, overwrite=False):
+            real_copy(source, target, overwrite)
+            self.created.append(os.path.normpath(target))
+
+        def rename(source, target, overwrite=False):
+            for directory, _, names in sorted(os.walk(source)):
+                for name in sorted(names):
+                    relative = os.path.relpath(os.path.join(directory, name), source)
+                    destination = os.path.join(target, relative)
+                    os.makedirs(os.path.dirname(destination), exist_ok=True)
+                    real_copy(os.path.join(directory, name), destination)
+                    self.created.append(os.path.normpath(destination))
+            fileio.rmtree(source)
+
+        monkeypatch.setattr(fileio, "copy", copy)
+        monkeypatch.setattr(fileio, "rename", rename)
+        del real_rename
+
+    def saved_model_pb_came_last(self, version_dir, expected_files):
+        """True when saved_model.pb appeared in ``version_dir`` only after every other file."""
+        seen = set()
+        for path in self.created:
+            if os.path.dirname(path) == os.path.normpath(version_dir) and path.endswith("saved_model.pb"):
+                return seen >= {os.path.join(version_dir, name) for name in expected_files}
+            seen.add(path)
+        return False
+
+
+def test_on_an_object_store_saved_model_pb_is_the_last_object_of_a_version(tmp_path, monkeypatch):
+    recorder = ObjectStoreRecorder(monkeypatch)
+    # As on gs://: the staged copy and one rename would publish saved_model.pb before variables/.
+    destination = tmp_path / "local_rename"
+    version_dir = _push(tmp_path, destination).get_string_custom_property("pushed_destination")
+    assert not recorder.saved_model_pb_came_last(
+        version_dir, ["variables/variables.data-00000-of-00001"])
+
+    monkeypatch.setattr(pusher, "renames_are_atomic", lambda path: False)
+    recorder.created.clear()
+    destination = tmp_path / "object_store"
+    version_dir = _push(tmp_path, destination, model_name="model_b").get_string_custom_property(
+        "pushed_destination")
+    assert recorder.saved_model_pb_came_last(version_dir, ["variables/variables.data-00000-of-00001"])
+    assert sorted(os.listdir(destination)) == [pusher.CLAIMS_DIR, os.path.basename(version_dir)]
+    assert os.listdir(destination / pusher.CLAIMS_DIR) == []
+    assert captioner.resolve_model_dir(str(destination)) == version_dir
+
+
+def test_a_copy_that_dies_midway_on_an_object_store_leaves_no_version(tmp_path, monkeypatch):
+    monkeypatch.setattr(pusher, "renames_are_atomic", lambda path: False)
+    real_copy_file = io_utils.copy_file
+
+    def dying_copy_file(source, target, overwrite=False):
+        if target.endswith("saved_model.pb"):
+            raise OSError("connection reset")
+        real_copy_file(source, target, overwrite)
+
+    monkeypatch.setattr(io_utils, "copy_file", dying_copy_file)
+    destination = tmp_path / "serving"
+    with pytest.raises(OSError, match="connection reset"):
+        _push(tmp_path, destination)
+    assert os.listdir(destination) == [pusher.CLAIMS_DIR]
+    assert os.listdir(destination / pusher.CLAIMS_DIR) == []
+
+
+def test_version_is_after_every_existing_one_and_stale_leftovers_are_removed(tmp_path):
+    destination = tmp_path / "serving"
+    future = int(time.time()) + 10_000  # e.g. a clock that was ahead when it pushed
+    (destination / str(future) / "variables").mkdir(parents=True)
+    (destination / str(future) / "saved_model.pb").write_bytes(b"graph")
+    long_ago = int(time.time()) - pusher.STALE_AFTER_SECONDS - 60
+    stale_staging = destination / f"{pusher.STAGING_PREFIX}123-{long_ago}-deadbeef"
+    live_staging = destination / f"{pusher.STAGING_PREFIX}124-{int(time.time())}-cafecafe"
+    stale_claim = destination / pusher.CLAIMS_DIR / f"125-{long_ago}-deadbeef"
+    for directory in (stale_staging / "variables", live_staging / "variables"):
+        directory.mkdir(parents=True)
+    stale_claim.parent.mkdir()
+    stale_claim.write_text("")
+
+    version = _push(tmp_path, destination).get_string_custom_property("pushed_version")
+    assert int(version) == future + 1
+    assert not stale_staging.exists() and not stale_claim.exists()
+    assert live_staging.exists()  # a push that may still be running
+
+
+def test_concurrent_pushes_all_succeed_with_different_versions(tmp_path, monkeypatch):
+    """Four pushes at once, with a clock that stands still so all start from the same version."""
+    monkeypatch.setattr(time, "time", lambda: 1_800_000_000.0)
+    destination = tmp_path / "serving"
+    for index in range(4):
+        _model_artifact(tmp_path, f"model_{index}")
+    results, errors = {}, []
+
+    def push(index):
+        try:
+            results[index] = _push(tmp_path, destination, model_name=f"model_{index}")
+        except Exception as error:  # noqa: BLE001 (reported by the assertion below)
+            errors.append(error)
+
+    threads = [threading.Thread(target=push, args=(index,)) for index in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=120)
+    assert not errors, errors
+    versions = sorted(int(pushed.get_string_custom_property("pushed_version")) for pushed in results.values())
+    assert versions == [1_800_000_000 + offset for offset in range(4)]
+    for version in versions:
+        marker = destination / str(version) / pusher.PUSHED_FROM_FILE
+        assert (destination / str(version) / "saved_model.pb").exists() and marker.exists()
+    pushed_from = {(destination / str(version) / pusher.PUSHED_FROM_FILE).read_text() for version in versions}
+    assert len(pushed_from) == 4
