@@ -34,11 +34,12 @@ def _header_bytes(image_bytes):
     return tf.reshape(tf.cast(tf.io.decode_raw(padded, tf.uint8), tf.int64), [-1, _HEADER_BYTES])
 
 
-def _format_codes(header, lengths):
+def _format_codes(header):
+    """One of _JPEG, _PNG, _GIF, _BMP per image by its magic bytes; 0 for anything else."""
     def starts_with(*magic):
         return tf.reduce_all(tf.equal(header[:, :len(magic)], tf.constant(magic, tf.int64)), axis=1)
 
-    codes = tf.zeros_like(lengths)
+    codes = tf.zeros_like(header[:, 0])
     for code, magic in ((_JPEG, (0xFF, 0xD8, 0xFF)), (_PNG, (0x89, 0x50, 0x4E, 0x47, 0x0D, 0x0A, 0x1A, 0x0A)),
                         (_GIF, (0x47, 0x49, 0x46, 0x38)), (_BMP, (0x42, 0x4D))):
         codes = tf.where(starts_with(*magic), tf.constant(code, tf.int64), codes)
@@ -92,7 +93,7 @@ def decode_images(images, image_size: int, max_pixels: int, resize):
     indices = tf.range(batch)
     lengths = tf.cast(tf.strings.length(images), tf.int64)
     header = _header_bytes(images)
-    codes = _format_codes(header, lengths)
+    codes = _format_codes(header)
     height, width = _fixed_header_sizes(header, codes)
 
     jpeg_indices, jpeg_shapes = _surviving(

@@ -61,7 +61,6 @@ class CaptionModule:
     def __init__(self, decoder: keras.Model, feature_extractor: keras.Model,
                  transform_output: tft.TFTransformOutput, vocabulary, max_length: int,
                  features: config_lib.FeaturesConfig, export: config_lib.ExportConfig):
-        self.decoder = decoder
         # The image is projected once; each decoding step runs the text decoder on one token.
         self.image_encoder, self.text_decoder = model_lib.split_model(decoder)
         self._incremental = model_lib.IncrementalDecoder(decoder)
