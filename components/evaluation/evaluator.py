@@ -27,6 +27,7 @@ Outputs: ``evaluation/metrics.json`` and ``evaluation/report.html``; the
 
 import collections
 import json
+import math
 import os
 from typing import Optional
 
@@ -106,6 +107,15 @@ def blessing_decision(splits: dict, settings: config_lib.EvaluationConfig):
     if name not in metrics[MODEL_ROW]:
         raise ValueError(f"evaluation.bless_metric {name!r} is not one of {sorted(metrics[MODEL_ROW])}.")
     value = metrics[MODEL_ROW][name]
+    # Every comparison with NaN is false, so without this a NaN metric or bound would bless.
+    not_finite = [f"{label} is {number}" for label, number in (
+        [(f"{name} of the model", value), ("evaluation.bless_threshold", settings.bless_threshold),
+         ("evaluation.max_regression", settings.max_regression)]
+        + [(f"{name} of the {row} baseline", metrics[row][name])
+           for row in (ZERO_FEATURES_ROW, FREQUENT_CAPTION_ROW, BASELINE_MODEL_ROW) if row in metrics])
+        if not math.isfinite(number)]
+    if not_finite:
+        return False, [f"not blessed: {problem}, not a finite number" for problem in not_finite]
     reasons, blessed = [], True
     if value < settings.bless_threshold:
         blessed = False

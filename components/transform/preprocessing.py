@@ -37,6 +37,7 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_transform as tft
 import tensorflow_transform.beam as tft_beam
+from tensorflow_transform import analyzers as tft_analyzers
 from absl import logging
 
 from components import caption_text, example_format
@@ -45,6 +46,7 @@ from components.transform import glove
 
 VOCABULARY_COUNTS_NAME = "caption_vocabulary_counts"
 VOCABULARY_ASSET = "caption_vocabulary.txt"
+EMPTY_VOCABULARY_PLACEHOLDER = tft_analyzers.get_empy_vocabulary_dummy_value(tf.string)[1].decode("utf-8")
 MATRIX_ASSET = "caption_embedding_matrix.npy"
 
 
@@ -207,6 +209,14 @@ class CaptionAssetsAnalyzer(tft_beam.experimental.PTransformAnalyzer):
         max_caption_length = int(max_caption_length[0])
         words, word_counts = read_counts_file(counts_path)
         transform = self._transform
+        if words == [EMPTY_VOCABULARY_PLACEHOLDER]:
+            # tf.Transform writes one placeholder word for an empty vocabulary; the model could
+            # then learn and emit it as a word.
+            raise ValueError(
+                "The caption vocabulary is empty: no word of the train captions is seen "
+                f"transform.vocab_frequency_threshold = {transform.vocab_frequency_threshold} times "
+                f"or more ({int(np.asarray(lengths).size)} train captions). Lower the threshold "
+                "or train on more captions.")
         lengths = np.asarray(lengths, dtype=np.int64)
         matrix, coverage = glove.build_embedding_matrix(
             caption_text.RESERVED_TOKENS, words, word_counts, transform.glove_path,

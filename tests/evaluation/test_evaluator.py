@@ -49,6 +49,25 @@ def test_blessing_rules(splits, blessed, reason):
     assert any(reason in text for text in reasons), reasons
 
 
+NAN, INF = float("nan"), float("inf")
+
+
+@pytest.mark.parametrize("splits, settings, reason", [
+    (_document(NAN), SETTINGS, "BLEU-4 of the model is nan"),
+    (_document(INF), SETTINGS, "BLEU-4 of the model is inf"),
+    (_document(0.3, frequent=NAN), SETTINGS, "most frequent train caption baseline is nan"),
+    (_document(0.3, latest_blessed=NAN), SETTINGS, "latest blessed model baseline is nan"),
+    (_document(0.3), dataclasses.replace(SETTINGS, bless_threshold=NAN), "bless_threshold is nan"),
+    (_document(0.3), dataclasses.replace(SETTINGS, max_regression=NAN), "max_regression is nan"),
+    (_document(0.3), dataclasses.replace(SETTINGS, bless_threshold=-INF), "bless_threshold is -inf"),
+])
+def test_non_finite_metric_or_bound_never_blesses(splits, settings, reason):
+    # Each of these blessed before: every comparison with NaN is false.
+    decision, reasons = evaluator.blessing_decision(splits, settings)
+    assert decision is False
+    assert any(reason in text and "not a finite number" in text for text in reasons), reasons
+
+
 def test_unknown_bless_metric_or_split_is_a_clear_error():
     with pytest.raises(ValueError, match="bless_metric 'BLEU-5'"):
         evaluator.blessing_decision(_document(0.3), dataclasses.replace(SETTINGS, bless_metric="BLEU-5"))

@@ -86,6 +86,13 @@ class PreprocessingFnTest(tft_unit.TransformTestCase):
             expected_vocab_file_contents={preprocessing.VOCABULARY_ASSET: [b"dog", b"a"]})
 
 
+    def test_threshold_no_word_reaches_is_a_clear_error_not_a_placeholder_word(self):
+        # Without the check tf.Transform's placeholder became word id 4, which the model could emit.
+        with self.assertRaisesRegex(Exception, "vocab_frequency_threshold = 100 times"):
+            self.assertAnalyzeAndTransformResults(
+                TRAIN, RAW_METADATA, _fn(vocab_frequency_threshold=100), expected_data=[])
+
+
 def test_normalisation_rule_matches_python_twin():
     captions = ['A man in a "Sooners # 28" shirt .', "at&t  (phone)", "Don't STOP!", "  "]
     normalised = [value.decode() for value in caption_text.normalize(tf.constant(captions)).numpy()]
