@@ -19,10 +19,11 @@ import time
 
 import apache_beam as beam
 import numpy as np
+import tensorflow as tf
 
 from components import config as config_lib
-from components import example_format, resnet_features
-from components.ingestion import beam_job, demo_data, image_decoding
+from components import example_format, image_graph, resnet_features
+from components.ingestion import beam_job, demo_data
 
 
 def _timed(function):
@@ -40,7 +41,7 @@ def bench_ingestion(num_images: int = 320, naive_images: int = 48) -> dict:
     images = []
     for image in demo.images:
         with open(os.path.join(image_dir, image.image_id), "rb") as stream:
-            pixels = image_decoding.decode_rgb(stream.read(), features.max_image_pixels)
+            pixels = image_graph.decode_upright_rgb(tf.constant(stream.read()))
         images.append(resnet_features.resize_for_resnet(pixels, features.image_size).numpy())
     images = np.stack(images)
     model = resnet_features.build_feature_extractor(features)

@@ -11,7 +11,7 @@ Token ids: 0 is padding and nothing else; 1 ``<unk>``, 2 ``<start>``,
 normalisation removes ``<`` and ``>``.
 """
 
-import tensorflow as tf
+import re
 
 PAD_ID = 0
 UNK_ID = 1
@@ -21,20 +21,26 @@ RESERVED_TOKENS = ("<pad>", "<unk>", "<start>", "<end>")
 NUM_RESERVED_IDS = len(RESERVED_TOKENS)
 
 
-def normalize(captions: tf.Tensor) -> tf.Tensor:
+# Every run of these becomes one space.
+DROPPED_CHARACTERS = r"[^a-z0-9]+"
+
+
+def normalize(captions):
     """Applies the normalisation to a string tensor of any shape (ragged included)."""
+    import tensorflow as tf  # the reader uses only the Python twin, without TensorFlow
+
     lowered = tf.strings.lower(captions, encoding="utf-8")
-    spaced = tf.strings.regex_replace(lowered, r"[^a-z0-9]+", " ")
+    spaced = tf.strings.regex_replace(lowered, DROPPED_CHARACTERS, " ")
     return tf.strings.strip(spaced)
 
 
-def tokenize(captions: tf.Tensor) -> tf.RaggedTensor:
-    """``[n]`` strings → ``[n, (words)]`` normalised tokens."""
+def tokenize(captions):
+    """``[n]`` strings → ``[n, (words)]`` normalised tokens (a ``tf.RaggedTensor``)."""
+    import tensorflow as tf
+
     return tf.strings.split(normalize(captions))
 
 
 def normalize_python(caption: str) -> str:
-    """The same rule in plain Python, for reports and tests on the host."""
-    import re
-
-    return re.sub(r"[^a-z0-9]+", " ", caption.lower()).strip()
+    """The same rule in plain Python, for the reader, reports and tests on the host."""
+    return re.sub(DROPPED_CHARACTERS, " ", caption.lower()).strip()

@@ -64,6 +64,12 @@ class DataConfig:
     dev_split_file: str = f"{FLICKR8K_TEXT_DIR}/{FLICKR8K_SPLIT_FILES['dev']}"
     test_split_file: str = f"{FLICKR8K_TEXT_DIR}/{FLICKR8K_SPLIT_FILES['test']}"
     # Demo dataset generation (used only when data_dir is empty).
+    # A caption line longer than this is rejected (caption_too_long); COCO's longest is ~1,000
+    # characters, Flickr8k's ~200. Lines are never read whole past it, whatever the file holds.
+    max_caption_chars: int = 1000
+    # Captions beyond this many for one image are rejected (too_many_captions). Flickr8k and
+    # Flickr30k have 5 per image, COCO 5 to 7.
+    max_captions_per_image: int = 10
     demo_num_images: int = 300
     demo_seed: int = 8
     demo_split_fractions: tuple = (0.8, 0.1, 0.1)
@@ -81,6 +87,8 @@ class FeaturesConfig:
     # Images with more pixels than this are rejected (decompression bombs).
     # 40 MP is ~2x the largest consumer photos; Flickr8k images are ~0.19 MP.
     max_image_pixels: int = DEFAULT_MAX_IMAGE_PIXELS
+    # Image files larger than this are rejected before they are read (file_too_large).
+    max_image_bytes: int = 50_000_000
     inference_batch_size: int = 16
     feature_dtype: str = "float16"
     # GZIP saves ~22% of disk on float16 features but costs ~18 ms of one core per
@@ -314,6 +322,8 @@ _SECTION_RULES = {
         ("train_split_file", _non_empty, "must name the train split list"),
         ("dev_split_file", _non_empty, "must name the dev split list"),
         ("test_split_file", _non_empty, "must name the test split list"),
+        ("max_caption_chars", _at_least(1), "must be >= 1"),
+        ("max_captions_per_image", _at_least(1), "must be >= 1"),
         ("demo_num_images", _at_least(3), "must be >= 3 (one image per split at least)"),
         ("demo_seed", _at_least(0), "must be >= 0"),
         ("demo_split_fractions", _fractions, "must be 3 fractions in (0, 1) for train, dev, test "
@@ -327,6 +337,7 @@ _SECTION_RULES = {
          f"must be in {RESNET_GRID_IMAGE_SIZES.start}..{RESNET_GRID_IMAGE_SIZES.stop - 1} "
          "(ResNet50's 7x7 grid: the [49, 2048] feature layout the schema and the Trainer read)"),
         ("max_image_pixels", _positive, "must be > 0"),
+        ("max_image_bytes", _at_least(1), "must be >= 1"),
         ("inference_batch_size", _at_least(1), "must be >= 1"),
         ("feature_dtype", lambda value: value in FEATURE_DTYPES,
          f"must be one of {list(FEATURE_DTYPES)} (the schema and the Trainer read float16)"),

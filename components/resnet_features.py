@@ -27,7 +27,7 @@ import numpy as np
 import tensorflow as tf
 
 from components import config as config_lib
-from components import example_format
+from components import example_format, image_graph
 
 IMAGENET_NOTOP_FILE = "resnet50_weights_tf_dim_ordering_tf_kernels_notop.h5"
 
@@ -37,6 +37,21 @@ def resize_for_resnet(pixels: tf.Tensor, image_size: int) -> tf.Tensor:
     resized = tf.image.resize(tf.cast(pixels, tf.float32), (image_size, image_size),
                               method="bilinear", antialias=True)
     return tf.clip_by_value(resized, 0.0, 255.0)
+
+
+def features_from_image_bytes(extractor: keras.Model, images: tf.Tensor,
+                              features: config_lib.FeaturesConfig):
+    """``string [batch]`` image bytes → (``float32 [batch, 49, 2048]``, ``string [batch]`` errors).
+
+    The one path from bytes to features, for ingestion and every serving signature:
+    :func:`components.image_graph.decode_images` (limits, the decoding rule, per-image
+    errors), :func:`resize_for_resnet`, then ``extractor``. A failed image's row is
+    the extractor's output on zeros; its error says why.
+    """
+    resized, errors = image_graph.decode_images(
+        images, features.image_size, features.max_image_pixels,
+        lambda pixels: resize_for_resnet(pixels, features.image_size))
+    return extractor(resized, training=False), errors
 
 
 def imagenet_weights_path() -> str:

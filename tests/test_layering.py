@@ -9,7 +9,7 @@ import pytest
 from tests.paths import REPO_ROOT
 
 BOTTOM = ("components.config", "components.example_format", "components.caption_text",
-          "components.resnet_features")
+          "components.image_graph", "components.resnet_features")
 STAGES = ("ingestion", "transform", "trainer", "evaluation", "serving")
 
 

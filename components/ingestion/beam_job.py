@@ -34,19 +34,20 @@ from typing import Dict, Iterable, List, NamedTuple, Tuple
 
 import apache_beam as beam
 import numpy as np
+from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.ml.inference.base import KeyedModelHandler, ModelHandler, RunInference
 
 from components import config as config_lib
 from components import example_format
-from components.ingestion import flickr8k, image_decoding
+from components.ingestion import flickr8k, image_files
 
 METRICS_NAMESPACE = "flickr8k_ingestion"
 STAGE_READER = "reader"
+STAGE_READ = "read"
 STAGE_DECODE = "decode"
 STAGE_FEATURES = "features"
 NON_FINITE_FEATURES = "non_finite_features"
-IMAGE_READ_ERROR = "image_read_error"
 REJECTS_DIR = "rejects"
 SUMMARY_FILE = "ingestion_summary.json"
 EXAMPLES_FILE_PREFIX = "data_tfrecord"
@@ -71,7 +72,14 @@ def read_index(data_dir: str, data: config_lib.DataConfig) -> flickr8k.Flickr8kI
         captions_file=data.captions_file,
         split_files={"train": data.train_split_file, "dev": data.dev_split_file,
                      "test": data.test_split_file},
-        open_binary=FileSystems.open)
+        open_binary=_open_uncompressed,
+        max_caption_chars=data.max_caption_chars,
+        max_captions_per_image=data.max_captions_per_image)
+
+
+def _open_uncompressed(path: str):
+    # FileSystems.open guesses compression from the name (".gz", ".bz2"): never for our inputs.
+    return FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED)
 
 
 def reject_row(stage: str, reason: str, detail: str, image_id: str, caption_index: int,
@@ -85,8 +93,9 @@ def _count_pair_rejects(reason: str, pairs: int) -> None:
     beam.metrics.Metrics.counter(METRICS_NAMESPACE, "rejected_pairs").inc(pairs)
 
 
-class ReadAndDecodeImage(beam.DoFn):
-    """Reads one image file and decodes it to resized RGB; bad files go to ``rejects``."""
+class ReadImageFile(beam.DoFn):
+    """Reads one image file (:mod:`components.ingestion.image_files`); refused files go to
+    ``rejects`` with their reason."""
 
     REJECTS = "rejects"
 
@@ -95,42 +104,36 @@ class ReadAndDecodeImage(beam.DoFn):
         self._features = features
 
     def process(self, meta: ImageMeta):
-        from components import resnet_features  # TensorFlow only on workers
-
         if not flickr8k.is_plain_file_name(meta.image_id):
-            yield from self._reject(meta, flickr8k.RejectReason.UNSAFE_IMAGE_NAME.value,
-                                    f"{meta.image_id!r} is not a plain file name")
-            return
-        path = os.path.join(self._image_dir, meta.image_id)
-        try:
-            with FileSystems.open(path) as stream:
-                image_bytes = stream.read()
-        except Exception as error:  # FileNotFoundError locally, BeamIOError remotely
-            missing = not FileSystems.exists(path)
-            reason = flickr8k.RejectReason.MISSING_IMAGE_FILE.value if missing else IMAGE_READ_ERROR
-            yield from self._reject(meta, reason, f"{path}: {error}")
+            yield from _reject(self.REJECTS, STAGE_READ, flickr8k.RejectReason.UNSAFE_IMAGE_NAME.value,
+                               f"{meta.image_id!r} is not a plain file name", meta)
             return
         try:
-            pixels = image_decoding.decode_rgb(image_bytes, self._features.max_image_pixels)
-        except image_decoding.ImageRejected as rejected:
-            yield from self._reject(meta, rejected.reason, rejected.detail)
+            image_bytes = image_files.read_image_file(self._image_dir, meta.image_id,
+                                                      self._features.max_image_bytes)
+        except image_files.FileRejected as rejected:
+            yield from _reject(self.REJECTS, STAGE_READ, rejected.reason, rejected.detail, meta)
             return
-        beam.metrics.Metrics.counter(METRICS_NAMESPACE, "images_decoded").inc()
-        yield meta, resnet_features.resize_for_resnet(pixels, self._features.image_size).numpy()
-
-    def _reject(self, meta: ImageMeta, reason: str, detail: str):
-        _count_pair_rejects(reason, len(meta.captions))
-        for caption_index, _ in meta.captions:
-            yield beam.pvalue.TaggedOutput(self.REJECTS, reject_row(
-                STAGE_DECODE, reason, detail, meta.image_id, caption_index, meta.split))
+        beam.metrics.Metrics.counter(METRICS_NAMESPACE, "images_read").inc()
+        yield meta, image_bytes
 
 
-class ResNet50FeatureHandler(ModelHandler[np.ndarray, np.ndarray, object]):
-    """RunInference handler: the Keras feature extractor, loaded once per worker.
+def _reject(tag: str, stage: str, reason: str, detail: str, meta: ImageMeta):
+    _count_pair_rejects(reason, len(meta.captions))
+    for caption_index, _ in meta.captions:
+        yield beam.pvalue.TaggedOutput(tag, reject_row(
+            stage, reason, detail, meta.image_id, caption_index, meta.split))
 
-    ``apache_beam.ml.inference.tensorflow_inference`` does not import on this
-    stack (it imports tensorflow_hub, which needs ``tf.estimator``, gone in
-    TF 2.16), so this subclasses the base ``ModelHandler`` and keeps Beam's
+
+class ResNet50FeatureHandler(ModelHandler[bytes, Tuple[np.ndarray, str], object]):
+    """RunInference handler: image bytes → (features, error) through the serving graph's path.
+
+    The model is :func:`components.resnet_features.features_from_image_bytes`, the
+    function every serving signature runs, so an image's training features come
+    from the decoding, limits, resize and weights serving uses. It is loaded once
+    per worker. ``apache_beam.ml.inference.tensorflow_inference`` does not import
+    on this stack (it imports tensorflow_hub, which needs ``tf.estimator``, gone
+    in TF 2.16), so this subclasses the base ``ModelHandler`` and keeps Beam's
     batching and per-process model sharing.
     """
 
@@ -143,19 +146,22 @@ class ResNet50FeatureHandler(ModelHandler[np.ndarray, np.ndarray, object]):
 
         from components import resnet_features
 
-        model = resnet_features.build_feature_extractor(self._features)
+        extractor = resnet_features.build_feature_extractor(self._features)
         # A traced function runs ResNet50 about 1.9x faster than eager calls on CPU.
-        return tf.function(lambda images: model(images, training=False))
+        return tf.function(lambda images: resnet_features.features_from_image_bytes(
+            extractor, images, self._features))
 
-    def run_inference(self, batch, model, inference_args=None) -> Iterable[np.ndarray]:
+    def run_inference(self, batch, model, inference_args=None) -> Iterable[Tuple[np.ndarray, str]]:
+        import tensorflow as tf
+
         # CPU kernels give results that depend on the batch *shape* (not on the other
-        # images in it), so every batch is padded to one shape: an image then gets
-        # bit-identical features whichever batch Beam puts it in, and reruns match.
-        batch_size = self._features.inference_batch_size
-        images = np.zeros((batch_size,) + batch[0].shape, dtype=np.float32)
-        images[:len(batch)] = np.stack(batch)
-        feature_maps = model(images).numpy()
-        return list(feature_maps[:len(batch)])
+        # images in it), so every batch is padded to one shape (with empty images, which
+        # fail fast): an image then gets bit-identical features whichever batch Beam puts
+        # it in, and reruns match.
+        padding = [b""] * (self._features.inference_batch_size - len(batch))
+        feature_maps, errors = model(tf.constant(list(batch) + padding, tf.string))
+        feature_maps, errors = feature_maps.numpy(), errors.numpy()
+        return [(feature_maps[row], errors[row].decode("utf-8")) for row in range(len(batch))]
 
     def batch_elements_kwargs(self):
         return {"min_batch_size": self._features.inference_batch_size,
@@ -169,26 +175,29 @@ class ResNet50FeatureHandler(ModelHandler[np.ndarray, np.ndarray, object]):
 
 
 class ToExample(beam.DoFn):
-    """(meta, features) → serialized tf.Example in its split; non-finite features rejected."""
+    """(meta, (features, error)) → serialized tf.Example in its split; images the graph could
+    not decode, and non-finite features, go to ``rejects``."""
 
     REJECTS = "rejects"
 
     def __init__(self, feature_dtype: str):
         self._feature_dtype = feature_dtype
 
-    def process(self, keyed_features: Tuple[ImageMeta, np.ndarray]):
+    def process(self, keyed_features: Tuple[ImageMeta, Tuple[np.ndarray, str]]):
         import tensorflow as tf
 
-        meta, image_features = keyed_features
+        meta, (image_features, error) = keyed_features
+        if error:
+            reason, _, detail = error.partition(": ")
+            yield from _reject(self.REJECTS, STAGE_DECODE, reason, detail, meta)
+            return
+        beam.metrics.Metrics.counter(METRICS_NAMESPACE, "images_decoded").inc()
         stored = image_features.astype(np.dtype(self._feature_dtype).newbyteorder("<"))
         if not np.all(np.isfinite(stored)):
             bad = int(np.size(stored) - np.count_nonzero(np.isfinite(stored)))
-            _count_pair_rejects(NON_FINITE_FEATURES, len(meta.captions))
-            for caption_index, _ in meta.captions:
-                yield beam.pvalue.TaggedOutput(self.REJECTS, reject_row(
-                    STAGE_FEATURES, NON_FINITE_FEATURES,
-                    f"{bad} of {stored.size} feature values are not finite as {self._feature_dtype}",
-                    meta.image_id, caption_index, meta.split))
+            yield from _reject(self.REJECTS, STAGE_FEATURES, NON_FINITE_FEATURES,
+                               f"{bad} of {stored.size} feature values are not finite as "
+                               f"{self._feature_dtype}", meta)
             return
         example = tf.train.Example(features=tf.train.Features(feature={
             example_format.IMAGE_ID: _bytes_feature([meta.image_id.encode("utf-8")]),
@@ -230,13 +239,13 @@ def IngestFlickr8k(pipeline: beam.Pipeline, index: flickr8k.Flickr8kIndex, image
                   tuple((caption.index, caption.text) for caption in record.captions))
         for record in index.records()]
 
-    decoded = (
+    read = (
         pipeline
         | "CreateImageRecords" >> beam.Create(image_metas, reshuffle=True)
-        | "ReadAndDecodeImages" >> beam.ParDo(ReadAndDecodeImage(image_dir, features)).with_outputs(
-            ReadAndDecodeImage.REJECTS, main="images"))
+        | "ReadImageFiles" >> beam.ParDo(ReadImageFile(image_dir, features)).with_outputs(
+            ReadImageFile.REJECTS, main="images"))
     examples = (
-        decoded.images
+        read.images
         | "ResNet50Features" >> RunInference(KeyedModelHandler(ResNet50FeatureHandler(features)))
         | "ToExamples" >> beam.ParDo(ToExample(features.feature_dtype)).with_outputs(
             ToExample.REJECTS, main="examples"))
@@ -255,7 +264,7 @@ def IngestFlickr8k(pipeline: beam.Pipeline, index: flickr8k.Flickr8kIndex, image
                 os.path.join(split_dir(output_dir, split), EXAMPLES_FILE_PREFIX),
                 file_name_suffix=".gz" if features.compress_examples else ".tfrecord"))
     writes["rejects"] = (
-        (reader_rejects, decoded[ReadAndDecodeImage.REJECTS], examples[ToExample.REJECTS])
+        (reader_rejects, read[ReadImageFile.REJECTS], examples[ToExample.REJECTS])
         | "FlattenRejects" >> beam.Flatten()
         | "RejectsToJson" >> beam.Map(lambda row: json.dumps(row, sort_keys=True))
         | "WriteRejects" >> beam.io.WriteToText(

@@ -21,6 +21,7 @@ from typing import List, Optional
 
 import apache_beam as beam
 from absl import logging
+from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import PipelineOptions
 from tfx import v1 as tfx
@@ -69,7 +70,7 @@ def data_fingerprint(data: config_lib.DataConfig) -> str:
         path = os.path.join(data.data_dir, relative_path)
         digest.update(relative_path.encode("utf-8"))
         if FileSystems.exists(path):
-            with FileSystems.open(path) as stream:
+            with FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED) as stream:
                 digest.update(stream.read())
     image_dir = os.path.join(data.data_dir, data.image_dir_name)
     matches = FileSystems.match([os.path.join(image_dir, "*")])[0].metadata_list

@@ -24,15 +24,20 @@ import enum
 import io
 import os
 import re
+import unicodedata
 from typing import BinaryIO, Callable, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Tuple
 
+from components import caption_text, example_format
 from components import config as config_lib
-from components import example_format
 
 _TOKEN_KEY = re.compile(r"^(?P<image>[^#\t]*)#(?P<index>\d+)$")
 # Control characters other than TAB never occur in real captions; a line holding
 # them is damaged (for example a block of binary garbage that happens to decode).
 _CONTROL_CHARACTERS = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
+_UTF8_BOM = b"\xef\xbb\xbf"
+_MAX_CAPTION_INDEX = 2 ** 63 - 1  # tf.Example stores caption indices as int64
+# A split-list line holds one file name; nothing longer is a name (ext4 allows 255 bytes).
+_MAX_SPLIT_LINE_BYTES = 4096
 
 
 class Flickr8kLayoutError(ValueError):
@@ -46,6 +51,11 @@ class RejectReason(str, enum.Enum):
     NON_UTF8 = "non_utf8"
     CONTROL_CHARACTERS = "control_characters"
     EMPTY_CAPTION = "empty_caption"
+    CAPTION_EMPTY_AFTER_NORMALIZATION = "caption_empty_after_normalization"
+    CAPTION_TOO_LONG = "caption_too_long"
+    CAPTION_INDEX_OUT_OF_RANGE = "caption_index_out_of_range"
+    DUPLICATE_CAPTION_INDEX = "duplicate_caption_index"
+    TOO_MANY_CAPTIONS = "too_many_captions"
     UNSAFE_IMAGE_NAME = "unsafe_image_name"
     IMAGE_NOT_IN_SPLIT = "image_not_in_split"
     IMAGE_IN_MULTIPLE_SPLITS = "image_in_multiple_splits"
@@ -53,6 +63,7 @@ class RejectReason(str, enum.Enum):
     MISSING_IMAGE_FILE = "missing_image_file"
     # Split-list lines only.
     DUPLICATE_SPLIT_ENTRY = "duplicate_split_entry"
+    LINE_TOO_LONG = "line_too_long"
     UNKNOWN_IMAGE = "unknown_image"
 
 
@@ -154,8 +165,14 @@ def read_flickr8k(
     split_files: Optional[Mapping[str, str]] = None,
     image_dir: Optional[str] = None,
     open_binary: Optional[Callable[[str], BinaryIO]] = None,
+    max_caption_chars: int = config_lib.DataConfig.max_caption_chars,
+    max_captions_per_image: int = config_lib.DataConfig.max_captions_per_image,
 ) -> Flickr8kIndex:
     """Reads a Flickr8k-layout folder.
+
+    Image names are compared in Unicode NFC (a name typed on macOS is often NFD),
+    and the captions file's spelling of a name is the one its file is opened by.
+    A UTF-8 byte-order mark at the start of any text file is dropped.
 
     Args:
       data_dir: root of the layout; relative file arguments are joined to it.
@@ -167,6 +184,10 @@ def read_flickr8k(
         decoding problems are the ingestion job's to find).
       open_binary: opens a path for binary reading; defaults to the local file
         system (the Beam job passes ``FileSystems.open`` for ``gs://`` paths).
+      max_caption_chars: longer caption lines are rejected (``caption_too_long``)
+        and never held whole in memory.
+      max_captions_per_image: an image's captions after this many accepted ones
+        are rejected (``too_many_captions``).
 
     Returns:
       A :class:`Flickr8kIndex`.
@@ -186,7 +207,7 @@ def read_flickr8k(
     rejects: List[Reject] = []
     blank_lines = 0
 
-    # 1. Split lists: image -> split, rejecting duplicates and unsafe names.
+    # 1. Split lists: image (NFC) -> split, rejecting duplicates and unsafe names.
     # image -> [(split, source, line number)] for every accepted split-list line.
     listings: Dict[str, List[Tuple[str, str, int]]] = collections.defaultdict(list)
     split_lines_read = 0
@@ -196,14 +217,14 @@ def read_flickr8k(
         path = _resolve(data_dir, split_files[split])
         source = os.path.basename(path)
         seen_here = set()
-        for line_number, text, decode_error in _read_lines(path, open_binary):
-            if text is not None and not text.strip():
+        for line_number, text, error in _read_lines(path, open_binary, _MAX_SPLIT_LINE_BYTES):
+            if error is None and not text.strip():
                 blank_lines += 1
                 continue
             split_lines_read += 1
-            image_id = (text or "").strip()
-            if decode_error:
-                reason, detail = RejectReason.NON_UTF8, decode_error
+            image_id = _name_key((text or "").strip())
+            if error is not None:
+                reason, detail = error
             elif not is_plain_file_name(image_id):
                 reason, detail = RejectReason.UNSAFE_IMAGE_NAME, f"{image_id!r} is not a plain file name"
             elif image_id in seen_here:
@@ -228,32 +249,51 @@ def read_flickr8k(
     captions_path = _resolve(data_dir, captions_file)
     captions_source = os.path.basename(captions_path)
     captions_of: Dict[str, List[Caption]] = collections.defaultdict(list)
-    seen_pairs = set()
+    spelling_of: Dict[str, str] = {}  # NFC key -> the captions file's first spelling
+    seen_pairs, seen_indices = set(), set()
     caption_lines_read = 0
-    for parsed in _parse_caption_lines(captions_path, open_binary):
+    for parsed in _parse_caption_lines(captions_path, open_binary, max_caption_chars):
         if parsed.blank:
             blank_lines += 1
             continue
         caption_lines_read += 1
+        key = _name_key(parsed.image_id)
 
         if parsed.error is not None:
             reason, detail = parsed.error
         elif not is_plain_file_name(parsed.image_id):
             reason, detail = RejectReason.UNSAFE_IMAGE_NAME, f"{parsed.image_id!r} is not a plain file name"
+        elif parsed.caption_index > _MAX_CAPTION_INDEX:
+            reason, detail = RejectReason.CAPTION_INDEX_OUT_OF_RANGE, (
+                f"caption index {parsed.caption_index} does not fit a signed 64-bit integer")
         elif not parsed.caption.strip():
             reason, detail = RejectReason.EMPTY_CAPTION, "caption is empty"
-        elif parsed.image_id in in_multiple_splits:
-            reason, detail = RejectReason.IMAGE_IN_MULTIPLE_SPLITS, f"listed in {splits_of[parsed.image_id]}"
-        elif parsed.image_id not in split_of:
+        elif len(parsed.caption) > max_caption_chars:
+            reason, detail = RejectReason.CAPTION_TOO_LONG, (
+                f"caption has {len(parsed.caption)} characters, over data.max_caption_chars = "
+                f"{max_caption_chars}")
+        elif not caption_text.normalize_python(parsed.caption):
+            reason, detail = RejectReason.CAPTION_EMPTY_AFTER_NORMALIZATION, (
+                f"{parsed.caption[:40]!r} has no letter a-z or digit after normalisation")
+        elif key in in_multiple_splits:
+            reason, detail = RejectReason.IMAGE_IN_MULTIPLE_SPLITS, f"listed in {splits_of[key]}"
+        elif key not in split_of:
             reason, detail = RejectReason.IMAGE_NOT_IN_SPLIT, "image is in no split list"
-        elif image_files is not None and parsed.image_id not in image_files:
+        elif image_files is not None and spelling_of.get(key, parsed.image_id) not in image_files:
             reason, detail = RejectReason.MISSING_IMAGE_FILE, f"no file {parsed.image_id} in the image folder"
-        elif (parsed.image_id, parsed.caption) in seen_pairs:
+        elif (key, parsed.caption_index) in seen_indices:
+            reason, detail = RejectReason.DUPLICATE_CAPTION_INDEX, (
+                f"caption index {parsed.caption_index} already used for this image")
+        elif (key, parsed.caption) in seen_pairs:
             reason, detail = RejectReason.DUPLICATE_CAPTION, "same caption already accepted for this image"
+        elif len(captions_of[key]) >= max_captions_per_image:
+            reason, detail = RejectReason.TOO_MANY_CAPTIONS, (
+                f"image already has data.max_captions_per_image = {max_captions_per_image} captions")
         else:
-            seen_pairs.add((parsed.image_id, parsed.caption))
-            captions_of[parsed.image_id].append(
-                Caption(parsed.caption_index, parsed.caption, parsed.line_number))
+            seen_pairs.add((key, parsed.caption))
+            seen_indices.add((key, parsed.caption_index))
+            spelling_of.setdefault(key, parsed.image_id)
+            captions_of[key].append(Caption(parsed.caption_index, parsed.caption, parsed.line_number))
             continue
         rejects.append(Reject(CAPTION_LINE, captions_source, parsed.line_number, reason, detail,
                               parsed.image_id, parsed.caption_index))
@@ -262,7 +302,7 @@ def read_flickr8k(
     for image_id, entries in sorted(listings.items()):
         if image_id in in_multiple_splits:
             reason, detail = RejectReason.IMAGE_IN_MULTIPLE_SPLITS, f"listed in {splits_of[image_id]}"
-        elif image_id not in captions_of:
+        elif not captions_of.get(image_id):
             reason, detail = RejectReason.UNKNOWN_IMAGE, "no accepted caption refers to this image"
         else:
             continue
@@ -270,9 +310,9 @@ def read_flickr8k(
             rejects.append(Reject(SPLIT_LINE, source, line_number, reason, detail, image_id))
 
     images = {split: [] for split in example_format.SPLITS}
-    for image_id in sorted(captions_of):
-        images[split_of[image_id]].append(
-            ImageRecord(image_id, split_of[image_id], tuple(captions_of[image_id])))
+    for key in sorted(key for key, captions in captions_of.items() if captions):
+        images[split_of[key]].append(
+            ImageRecord(spelling_of[key], split_of[key], tuple(captions_of[key])))
     return Flickr8kIndex(
         images={split: tuple(records) for split, records in images.items()},
         rejects=tuple(rejects), caption_lines_read=caption_lines_read,
@@ -287,6 +327,10 @@ class _ParsedCaptionLine:
     caption: str = ""
     error: Optional[Tuple[RejectReason, str]] = None
     blank: bool = False
+
+
+def _name_key(image_id: str) -> str:
+    return unicodedata.normalize("NFC", image_id)
 
 
 def _open_local(path: str) -> BinaryIO:
@@ -304,33 +348,60 @@ def _open_required(path: str, open_binary: Callable[[str], BinaryIO]) -> BinaryI
         raise Flickr8kLayoutError(f"Required Flickr8k file not readable: {path} ({error})") from error
 
 
-def _read_lines(path: str, open_binary: Callable[[str], BinaryIO]
-                ) -> Iterator[Tuple[int, Optional[str], str]]:
-    """Yields (line number, text or None, decode error) per line; CRLF tolerated."""
+def _bounded_lines(stream: BinaryIO, max_bytes: int) -> Iterator[Tuple[bytes, bool]]:
+    """(line without its end, whether it was longer than ``max_bytes``); an overlong line's
+    rest is skipped in bounded reads, so no line is ever held whole past the bound."""
+    while True:
+        raw = stream.readline(max_bytes + 1)
+        if not raw:
+            return
+        too_long = len(raw) > max_bytes and not raw.endswith(b"\n")
+        while too_long and raw and not raw.endswith(b"\n"):
+            raw = stream.readline(max_bytes + 1)
+        yield (b"" if too_long else raw.rstrip(b"\n").rstrip(b"\r")), too_long
+
+
+def _read_lines(path: str, open_binary: Callable[[str], BinaryIO], max_bytes: int
+                ) -> Iterator[Tuple[int, Optional[str], Optional[Tuple[RejectReason, str]]]]:
+    """Yields (line number, text or None, (reason, detail) or None) per line; CRLF tolerated,
+    a leading UTF-8 byte-order mark dropped, lines over ``max_bytes`` rejected unread."""
     with _open_required(path, open_binary) as stream:
-        for line_number, raw in enumerate(stream, start=1):
-            raw = raw.rstrip(b"\n").rstrip(b"\r")
+        for line_number, (raw, too_long) in enumerate(_bounded_lines(stream, max_bytes), start=1):
+            if too_long:
+                yield line_number, None, (RejectReason.LINE_TOO_LONG,
+                                          f"line is longer than {max_bytes} bytes")
+                continue
+            if line_number == 1 and raw.startswith(_UTF8_BOM):
+                raw = raw[len(_UTF8_BOM):]
             try:
-                yield line_number, raw.decode("utf-8"), ""
+                yield line_number, raw.decode("utf-8"), None
             except UnicodeDecodeError as error:
-                yield line_number, None, f"not UTF-8 at byte {error.start}"
+                yield line_number, None, (RejectReason.NON_UTF8, f"not UTF-8 at byte {error.start}")
 
 
-def _parse_caption_lines(path: str, open_binary: Callable[[str], BinaryIO]
+def _parse_caption_lines(path: str, open_binary: Callable[[str], BinaryIO], max_caption_chars: int
                          ) -> Iterator[_ParsedCaptionLine]:
+    # A UTF-8 character is at most 4 bytes; the image name and index come on top.
+    max_bytes = 4 * max_caption_chars + _MAX_SPLIT_LINE_BYTES
     with _open_required(path, open_binary) as stream:
-        head = stream.readline()
-    if head.lstrip(b"\xef\xbb\xbf").strip().lower() == b"image,caption":
-        yield from _parse_kaggle_csv(path, open_binary)
+        head = stream.readline(max_bytes)
+    if head.lstrip(_UTF8_BOM).strip().lower() == b"image,caption":
+        yield from _parse_kaggle_csv(path, open_binary, max_bytes)
     else:
-        yield from _parse_token_file(path, open_binary)
+        yield from _parse_token_file(path, open_binary, max_bytes)
 
 
-def _parse_token_file(path: str, open_binary: Callable[[str], BinaryIO]
+def _line_error(line_number: int, error: Tuple[RejectReason, str]) -> _ParsedCaptionLine:
+    if error[0] is RejectReason.LINE_TOO_LONG:
+        error = (RejectReason.CAPTION_TOO_LONG, error[1])
+    return _ParsedCaptionLine(line_number, error=error)
+
+
+def _parse_token_file(path: str, open_binary: Callable[[str], BinaryIO], max_bytes: int
                       ) -> Iterator[_ParsedCaptionLine]:
-    for line_number, text, decode_error in _read_lines(path, open_binary):
-        if decode_error:
-            yield _ParsedCaptionLine(line_number, error=(RejectReason.NON_UTF8, decode_error))
+    for line_number, text, error in _read_lines(path, open_binary, max_bytes):
+        if error is not None:
+            yield _line_error(line_number, error)
             continue
         if not text.strip():
             yield _ParsedCaptionLine(line_number, blank=True)
@@ -342,18 +413,24 @@ def _parse_token_file(path: str, open_binary: Callable[[str], BinaryIO]
                 RejectReason.MALFORMED_LINE,
                 "expected '<image>#<n><TAB><caption>'" + ("" if tab else " (no TAB)")))
             continue
-        yield _caption_line(line_number, match.group("image"), int(match.group("index")), caption)
+        index_digits = match.group("index")
+        if len(index_digits) > 19:  # past int64 whatever the digits; int() of a huge run is slow
+            yield _ParsedCaptionLine(line_number, match.group("image"), error=(
+                RejectReason.CAPTION_INDEX_OUT_OF_RANGE,
+                f"caption index of {len(index_digits)} digits does not fit a signed 64-bit integer"))
+            continue
+        yield _caption_line(line_number, match.group("image"), int(index_digits), caption)
 
 
-def _parse_kaggle_csv(path: str, open_binary: Callable[[str], BinaryIO]
+def _parse_kaggle_csv(path: str, open_binary: Callable[[str], BinaryIO], max_bytes: int
                       ) -> Iterator[_ParsedCaptionLine]:
     """The Kaggle ``captions.txt``: no caption index, so captions are numbered per image."""
     next_index: Dict[str, int] = collections.defaultdict(int)
-    for line_number, text, decode_error in _read_lines(path, open_binary):
+    for line_number, text, error in _read_lines(path, open_binary, max_bytes):
         if line_number == 1:
             continue  # header, checked by the caller
-        if decode_error:
-            yield _ParsedCaptionLine(line_number, error=(RejectReason.NON_UTF8, decode_error))
+        if error is not None:
+            yield _line_error(line_number, error)
             continue
         if not text.strip():
             yield _ParsedCaptionLine(line_number, blank=True)
@@ -368,8 +445,9 @@ def _parse_kaggle_csv(path: str, open_binary: Callable[[str], BinaryIO]
             yield _ParsedCaptionLine(line_number, error=(RejectReason.MALFORMED_LINE, detail))
             continue
         image_id, caption = fields
-        caption_index = next_index[image_id]
-        next_index[image_id] += 1
+        key = _name_key(image_id.strip())
+        caption_index = next_index[key]
+        next_index[key] += 1
         yield _caption_line(line_number, image_id, caption_index, caption)
 
 

@@ -10,7 +10,8 @@ For notebook users who want ``tfds.load`` rather than the pipeline::
                           manual_dir="/data/flickr8k")})
 
 It reads the layout with the same reader as the Beam job (official splits,
-typed rejects) and the same safe decoder; every reader or image reject is
+typed rejects), the same safe file reading and the serving graph's decoding
+rule (``components.image_graph``); every reader or image reject is
 logged with its reason and counted in the dataset description's
 ``rejects.json`` beside the prepared data, never dropped silently.
 """
@@ -19,12 +20,13 @@ import json
 import os
 
 import numpy as np
+import tensorflow as tf
 import tensorflow_datasets as tfds
 from absl import logging
 
 from components import config as config_lib
-from components import example_format
-from components.ingestion import flickr8k, image_decoding
+from components import example_format, image_graph
+from components.ingestion import flickr8k, image_files
 
 _DESCRIPTION = """
 Flickr8k: 8,091 Flickr photos, each with 5 crowd-sourced captions, and the
@@ -84,12 +86,11 @@ class Flickr8k(tfds.core.GeneratorBasedBuilder):
                 for split in example_format.SPLITS}
 
     def _generate_examples(self, records, image_dir):
+        features = config_lib.FeaturesConfig()
         for record in records:
-            with open(os.path.join(image_dir, record.image_id), "rb") as stream:
-                image_bytes = stream.read()
             try:
-                pixels = image_decoding.decode_rgb(image_bytes, config_lib.DEFAULT_MAX_IMAGE_PIXELS)
-            except image_decoding.ImageRejected as rejected:
+                pixels = _read_and_decode(image_dir, record.image_id, features)
+            except image_files.FileRejected as rejected:
                 logging.warning("flickr8k: image %s rejected (%s): %s", record.image_id,
                                 rejected.reason, rejected.detail)
                 self._rejects.append({"image_id": record.image_id, "reason": rejected.reason,
@@ -106,3 +107,18 @@ class Flickr8k(tfds.core.GeneratorBasedBuilder):
         super()._download_and_prepare(dl_manager, download_config=download_config)
         with open(os.path.join(self.data_path, REJECTS_FILE), "w", encoding="utf-8") as stream:
             json.dump(self._rejects, stream, indent=1)
+
+
+def _read_and_decode(image_dir: str, image_id: str, features: config_lib.FeaturesConfig) -> np.ndarray:
+    """Upright ``uint8 [h, w, 3]`` pixels, or :class:`image_files.FileRejected` with the file's or
+    the decoder's reason."""
+    image_bytes = image_files.read_image_file(image_dir, image_id, features.max_image_bytes)
+    error = image_graph.header_errors(tf.constant([image_bytes]), features.max_image_pixels)[0]
+    error = error.numpy().decode("utf-8")
+    if not error:
+        try:
+            return image_graph.decode_upright_rgb(tf.constant(image_bytes)).numpy()
+        except tf.errors.OpError:
+            error = image_graph.CORRUPT_IMAGE_ERROR
+    reason, _, detail = error.partition(": ")
+    raise image_files.FileRejected(reason, detail)

@@ -43,7 +43,7 @@ import tensorflow as tf
 import tensorflow_transform as tft
 
 from components import config as config_lib
-from components import example_format, image_graph, resnet_features
+from components import example_format, resnet_features
 from components.trainer import decoding
 from components.trainer import model as model_lib
 from components.transform import preprocessing
@@ -70,8 +70,7 @@ class CaptionModule:
         self.vocabulary = tf.constant(vocabulary, tf.string)
         self._vocabulary_size = len(vocabulary)
         self._max_length = max_length
-        self._image_size = features.image_size
-        self._max_image_pixels = features.max_image_pixels
+        self._features = features
         self._length_alpha = export.beam_length_alpha
         self._max_beam_width = export.max_beam_width
 
@@ -90,10 +89,7 @@ class CaptionModule:
 
     def image_features(self, images):
         """(``float32 [batch, 49, 2048]``, ``string [batch]`` errors); zeros where an image failed."""
-        resized, errors = image_graph.decode_images(
-            images, self._image_size, self._max_image_pixels,
-            lambda pixels: resnet_features.resize_for_resnet(pixels, self._image_size))
-        return self.feature_extractor(resized, training=False), errors
+        return resnet_features.features_from_image_bytes(self.feature_extractor, images, self._features)
 
     def image_feature_maps(self, images):
         image_features, errors = self.image_features(images)

@@ -37,8 +37,8 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_transform as tft
 import tensorflow_transform.beam as tft_beam
-from tensorflow_transform import analyzers as tft_analyzers
 from absl import logging
+from tensorflow_transform import analyzers as tft_analyzers
 
 from components import caption_text, example_format
 from components import config as config_lib

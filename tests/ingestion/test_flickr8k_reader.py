@@ -150,6 +150,75 @@ def test_empty_caption(tmp_path):
     assert index.captions_accepted == 1
 
 
+def test_caption_index_out_of_int64_or_reused_for_one_image(tmp_path):
+    # The first line crashed the whole Beam job in ToExample (ValueError: Value out of range).
+    data_dir = _layout(tmp_path, [
+        "a.jpg#99999999999999999999999\tA dog runs .",
+        f"a.jpg#{2 ** 63}\tA dog sits .",
+        f"a.jpg#{2 ** 63 - 1}\tA dog stands .",
+        "a.jpg#0\tA dog .",
+        "a.jpg#0\tA dog barks .",
+        "b.jpg#0\tA cat .",
+    ], train=["a.jpg", "b.jpg"])
+    index = _read(data_dir)
+    _assert_accounted(index)
+    assert _reasons(index) == [RejectReason.CAPTION_INDEX_OUT_OF_RANGE] * 2 + [
+        RejectReason.DUPLICATE_CAPTION_INDEX]
+    assert "64-bit" in index.rejects[0].detail and "already used" in index.rejects[2].detail
+    assert [c.index for c in next(index.records()).captions] == [2 ** 63 - 1, 0]
+
+
+def test_overlong_caption_and_caption_empty_after_normalisation(tmp_path):
+    long_caption = "a dog " * 1_000_000  # 6 MB on one line
+    data_dir = _layout(tmp_path, [
+        f"a.jpg#0\t{long_caption}",
+        f"a.jpg#1\t{'x' * 30}",
+        "a.jpg#2\t... ?!",
+        "a.jpg#3\t\u4e00\u53ea\u72d7",  # characters the normaliser drops
+        "a.jpg#4\tA dog .",
+    ], train=["a.jpg"])
+    index = flickr8k.read_flickr8k(data_dir, max_caption_chars=20)
+    _assert_accounted(index)
+    assert _reasons(index) == [RejectReason.CAPTION_TOO_LONG] * 2 + [
+        RejectReason.CAPTION_EMPTY_AFTER_NORMALIZATION] * 2
+    assert "max_caption_chars = 20" in index.rejects[1].detail
+    assert [c.index for c in next(index.records()).captions] == [4]
+
+
+def test_too_many_captions_for_one_image_rejected_past_the_limit(tmp_path):
+    data_dir = _layout(tmp_path, [f"a.jpg#{n}\tA dog number {n} ." for n in range(7)]
+                       + ["b.jpg#0\tA cat ."], train=["a.jpg", "b.jpg"])
+    assert [len(r.captions) for r in _read(data_dir).records()] == [7, 1]  # COCO has up to 7
+    index = flickr8k.read_flickr8k(data_dir, max_captions_per_image=5)
+    summary = _assert_accounted(index)
+    assert summary["caption_rejects_by_reason"] == {"too_many_captions": 2}
+    assert [c.index for c in next(index.records()).captions] == [0, 1, 2, 3, 4]
+
+
+def test_byte_order_marks_dropped_and_names_compared_in_nfc(tmp_path):
+    nfc, nfd = "caf\u00e9.jpg", "cafe\u0301.jpg"
+    data_dir = _layout(tmp_path, None, images=[nfd], token_bytes=(
+        "\ufeff" + f"{nfd}#0\tA cafe .\n{nfc}#1\tA cafe at night .\n").encode("utf-8"))
+    # The split list is NFC (typed elsewhere) and starts with a byte-order mark, as Windows writes it.
+    (tmp_path / "Flickr8k_text" / "Flickr_8k.trainImages.txt").write_bytes(
+        ("\ufeff" + nfc + "\n").encode("utf-8"))
+    index = _read(data_dir, check_images=True)
+    summary = _assert_accounted(index)
+    assert summary["caption_lines_rejected"] == 0 and summary["split_lines_rejected"] == 0
+    (record,) = index.records()
+    assert record.image_id == nfd  # the captions file's spelling opens the file
+    assert [c.index for c in record.captions] == [0, 1]
+
+
+def test_overlong_split_line_rejected_without_reading_it_whole(tmp_path):
+    data_dir = _layout(tmp_path, ["a.jpg#0\tA dog ."], train=["a.jpg", "b" * 100_000 + ".jpg"],
+                       images=["a.jpg"])
+    index = _read(data_dir)
+    summary = _assert_accounted(index)
+    assert summary["split_rejects_by_reason"] == {"line_too_long": 1}
+    assert summary["images_per_split"]["train"] == 1
+
+
 @pytest.mark.parametrize("bad_name", ["../secret.jpg", "/etc/passwd", "sub/a.jpg", "..\\a.jpg",
                                       "C:evil.jpg", ".."])
 def test_unsafe_image_names_rejected_in_captions_and_splits(tmp_path, bad_name):

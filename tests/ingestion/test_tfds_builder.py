@@ -40,7 +40,7 @@ def test_tfds_load_gives_official_splits_with_all_captions(tmp_path):
     builder = tfds.builder("flickr8k", data_dir=str(tmp_path / "tfds"))
     with open(os.path.join(builder.data_dir, tfds_builder.REJECTS_FILE), encoding="utf-8") as stream:
         rejects = json.load(stream)
-    assert rejects == [{"image_id": broken, "reason": "empty_file", "detail": "file has zero bytes",
+    assert rejects == [{"image_id": broken, "reason": "empty_image", "detail": "zero bytes",
                         "captions": 5}]
 
 

@@ -3,6 +3,7 @@ like the in-process model, the signatures saved_model_cli lists, batching, beam 
 bytes, serving-time tokenisation, and the command-line captioner."""
 
 import base64
+import dataclasses
 import glob
 import json
 import os
@@ -10,6 +11,7 @@ import re
 import subprocess
 import sys
 
+import apache_beam as beam
 import keras
 import numpy as np
 import pytest
@@ -17,6 +19,8 @@ import tensorflow as tf
 import tensorflow_transform as tft
 
 from components import caption_text, example_format, resnet_features
+from components import config as config_lib
+from components.ingestion import beam_job, flickr8k
 from components.serving import captioner
 from components.trainer import model as model_lib
 from components.trainer import run_fn
@@ -306,19 +310,48 @@ def test_saved_model_cli_lists_the_documented_signatures(trained):
     assert "DT_FLOAT" in feature_maps and "shape: (-1, 49, 2048)" in feature_maps
 
 
-def test_serving_feature_extractor_matches_ingestion(loaded, trained):
-    """The same weights, resize and preprocessing as ingestion: features of the same JPEG agree
-    (up to float16 storage and Pillow-vs-TensorFlow JPEG decoding)."""
-    paths = sorted(glob.glob(os.path.join(trained["examples"], "Split-test", "*")))
-    record = tf.train.Example.FromString(next(iter(tf.data.TFRecordDataset(paths))).numpy())
-    image_id = record.features.feature["image_id"].bytes_list.value[0].decode()
-    ingested = np.frombuffer(record.features.feature["image_features"].bytes_list.value[0],
-                             "<f2").reshape(49, 2048).astype(np.float32)
-    image_path = os.path.join(trained["dataset"].data_dir, "Flicker8k_Dataset", image_id)
-    served = loaded.signatures["image_features"](
-        images=tf.constant([open(image_path, "rb").read()]))["image_features"].numpy()[0]
-    assert np.corrcoef(served.ravel(), ingested.ravel())[0, 1] > 0.999
-    assert np.abs(served - ingested).mean() < 0.02 * np.abs(ingested).mean()
+def test_ingestion_features_equal_the_image_features_signature_on_every_kind_of_image(
+        loaded, trained, tmp_path):
+    """One decoding rule: the Beam job's stored features of EXIF-rotated, grayscale, CMYK,
+    palette, RGBA, gray+alpha, 16-bit and progressive images (and a real Flickr8k photo) equal
+    what the pushed model's image_features signature computes from the same bytes. Before,
+    ingestion decoded with Pillow: the EXIF-rotated JPEG came out (240, 200) at ingestion and
+    (200, 240) at serving, 16-bit PNGs were clipped instead of scaled."""
+    images = dict(image_fixtures.convertible_files())
+    real_photo = sorted(glob.glob(os.path.join(SHARED_DATA_DIR, "flickr8k_sample", "Flicker8k_Dataset",
+                                               "*.jpg")))[:1]
+    if real_photo:
+        images["real_flickr8k.jpg"] = open(real_photo[0], "rb").read()
+    (tmp_path / "Flicker8k_Dataset").mkdir()
+    (tmp_path / "Flickr8k_text").mkdir()
+    for name, image_bytes in images.items():
+        (tmp_path / "Flicker8k_Dataset" / name).write_bytes(image_bytes)
+    flickr8k.write_token_file(str(tmp_path / "Flickr8k_text" / "Flickr8k.token.txt"),
+                              [(name, ["A picture ."]) for name in images])
+    for split, names in (("train", list(images)), ("dev", []), ("test", [])):
+        flickr8k.write_split_file(
+            str(tmp_path / "Flickr8k_text" / config_lib.FLICKR8K_SPLIT_FILES[split]), names)
+    pipeline_config = dataclasses.replace(
+        trained["config"], data=dataclasses.replace(trained["config"].data, data_dir=str(tmp_path)))
+    output_dir = tmp_path / "examples"
+    summary = beam_job.run_ingestion(beam.Pipeline(runner="DirectRunner"), pipeline_config, str(output_dir))
+    assert summary["pairs_rejected"] == 0 and summary["pairs_accepted"] == len(images)
+
+    stored = {}
+    for path in glob.glob(str(output_dir / "Split-train" / "*")):
+        for record in tf.data.TFRecordDataset(path):
+            example = tf.train.Example.FromString(record.numpy())
+            name = example.features.feature["image_id"].bytes_list.value[0].decode()
+            stored[name] = np.frombuffer(example.features.feature["image_features"].bytes_list.value[0],
+                                         "<f2").reshape(49, 2048).astype(np.float32)
+    assert sorted(stored) == sorted(images)
+    names = sorted(images)
+    served = loaded.signatures["image_features"](images=tf.constant([images[name] for name in names]))
+    assert [error.decode() for error in served["error"].numpy()] == [""] * len(names)
+    for row, name in enumerate(names):
+        scale = np.abs(stored[name]).max()
+        difference = np.abs(served["image_features"].numpy()[row] - stored[name]).max()
+        assert difference <= 1e-3 * scale, (name, difference, scale)
 
 
 def test_batched_images_get_the_same_captions_as_one_at_a_time(loaded, trained):

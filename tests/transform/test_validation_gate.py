@@ -1,11 +1,13 @@
 """The schema gate stops the pipeline before Transform, naming the anomaly."""
 
+import glob
 import os
 
 import pytest
 import tensorflow as tf
 from tfx import v1 as tfx
 
+from components import caption_text
 from components import config as config_lib
 from pipeline import fingerprints, local_runner
 from pipeline.pipeline import validated_transform
@@ -30,8 +32,9 @@ def _write_splits(root, bad_train=None, bad_dev=None):
     for split in ("train", "dev", "test"):
         os.makedirs(root / split)
         with tf.io.TFRecordWriter(str(root / split / "data.tfrecord")) as writer:
-            for number in range(6):
-                writer.write(_example(f"{split}{number}.jpg".encode(), [b"A red circle .", b"A circle ."]))
+            for number in range(7):  # 1 to 7 captions per image, as COCO has up to 7
+                writer.write(_example(f"{split}{number}.jpg".encode(),
+                                      [f"A red circle number {n} .".encode() for n in range(number + 1)]))
             if split == "train" and bad_train:
                 writer.write(bad_train)
             if split == "dev" and bad_dev:
@@ -69,7 +72,13 @@ def test_empty_caption_list_and_wrong_feature_shape_stop_before_transform(tmp_pa
 
 
 def test_valid_examples_pass_the_gate_and_reach_transform(tmp_path):
+    """Images with 1 to 7 captions pass (the schema's old maximum of 5 stopped the run here)."""
     input_base = tmp_path / "good_examples"
     _write_splits(input_base)
     root = _run(tmp_path, input_base)
     assert (root / "Transform" / "transform_graph").exists()
+    transformed = glob.glob(str(root / "Transform" / "transformed_examples" / "*" / "Split-train" / "*"))
+    caption_counts = sorted(
+        list(tf.train.Example.FromString(record.numpy()).features.feature["caption_ids"].int64_list.value)
+        .count(caption_text.START_ID) for record in tf.data.TFRecordDataset(transformed, "GZIP"))
+    assert caption_counts == list(range(1, 8))
