@@ -210,6 +210,13 @@ def test_byte_order_marks_dropped_and_names_compared_in_nfc(tmp_path):
     assert [c.index for c in record.captions] == [0, 1]
 
 
+def test_non_utf8_split_line(tmp_path):
+    data_dir = _layout(tmp_path, ["a.jpg#0\tA dog ."], train=["a.jpg"])
+    (tmp_path / "Flickr8k_text" / "Flickr_8k.trainImages.txt").write_bytes(b"a.jpg\ncaf\xe9.jpg\n")
+    summary = _assert_accounted(_read(data_dir))
+    assert summary["split_rejects_by_reason"] == {"non_utf8": 1}
+
+
 def test_overlong_split_line_rejected_without_reading_it_whole(tmp_path):
     data_dir = _layout(tmp_path, ["a.jpg#0\tA dog ."], train=["a.jpg", "b" * 100_000 + ".jpg"],
                        images=["a.jpg"])

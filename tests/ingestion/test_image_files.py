@@ -118,3 +118,12 @@ def test_beam_file_systems_path_checks_size_and_existence(image_dir):
     with pytest.raises(image_files.FileRejected) as raised:
         image_files._read_remote(str(image_dir), "nothing.jpg", LIMIT)
     assert raised.value.reason == image_files.MISSING_IMAGE_FILE
+
+
+def test_file_system_failure_is_an_image_read_error(image_dir, monkeypatch):
+    def failing_open(*args, **kwargs):
+        raise OSError(5, "Input/output error")
+
+    monkeypatch.setattr(image_files.os, "open", failing_open)
+    rejected = _rejected(image_dir, "good.jpg")
+    assert rejected.reason == image_files.IMAGE_READ_ERROR and "Input/output error" in rejected.detail

@@ -3,12 +3,14 @@
 import glob
 import os
 
+import apache_beam as beam
 import pytest
 import tensorflow as tf
 from tfx import v1 as tfx
 
 from components import caption_text
 from components import config as config_lib
+from components.ingestion import beam_job, demo_data
 from pipeline import fingerprints, local_runner
 from pipeline.pipeline import validated_transform
 
@@ -32,20 +34,20 @@ def _write_splits(root, bad_train=None, bad_dev=None):
     for split in ("train", "dev", "test"):
         os.makedirs(root / split)
         with tf.io.TFRecordWriter(str(root / split / "data.tfrecord")) as writer:
-            for number in range(7):  # 1 to 7 captions per image, as COCO has up to 7
-                writer.write(_example(f"{split}{number}.jpg".encode(),
-                                      [f"A red circle number {n} .".encode() for n in range(number + 1)]))
+            for number in range(6):
+                writer.write(_example(f"{split}{number}.jpg".encode(), [b"A red circle .", b"A circle ."]))
             if split == "train" and bad_train:
                 writer.write(bad_train)
             if split == "dev" and bad_dev:
                 writer.write(bad_dev)
 
 
-def _run(tmp_path, input_base):
+def _run(tmp_path, input_base, split_pattern="{split}/*"):
     example_gen = tfx.components.ImportExampleGen(
         input_base=str(input_base),
         input_config=tfx.proto.Input(splits=[
-            tfx.proto.Input.Split(name=split, pattern=f"{split}/*") for split in ("train", "dev", "test")]))
+            tfx.proto.Input.Split(name=split, pattern=split_pattern.format(split=split))
+            for split in ("train", "dev", "test")]))
     components = [example_gen] + validated_transform(
         example_gen.outputs["examples"], config_lib.PipelineConfig(), local_runner.SCHEMA_PATH,
         dict.fromkeys(fingerprints.STAGE_ENTRY_MODULES, "test"))
@@ -71,12 +73,25 @@ def test_empty_caption_list_and_wrong_feature_shape_stop_before_transform(tmp_pa
     assert not (tmp_path / "root" / "Transform").exists()
 
 
-def test_valid_examples_pass_the_gate_and_reach_transform(tmp_path):
-    """Images with 1 to 7 captions pass (the schema's old maximum of 5 stopped the run here)."""
-    input_base = tmp_path / "good_examples"
-    _write_splits(input_base)
-    root = _run(tmp_path, input_base)
-    assert (root / "Transform" / "transform_graph").exists()
+def test_images_with_1_to_7_captions_are_ingested_and_pass_the_gate_into_transform(tmp_path):
+    """The ingestion job's records of images with 1 to 7 captions (COCO has up to 7) pass the
+    gate and are transformed; the schema's old maximum of 5 stopped the run here."""
+    demo = demo_data.generate(str(tmp_path / "data"), num_images=9, seed=3,
+                              split_fractions=(0.8, 0.1, 0.1))
+    train_images = demo.splits["train"][:7]
+    with open(tmp_path / "data" / "Flickr8k_text" / "Flickr8k.token.txt", "w", encoding="utf-8") as stream:
+        for count, image_id in enumerate(train_images, start=1):
+            stream.writelines(f"{image_id}#{n}\tA red circle number {n} .\n" for n in range(count))
+        for image_id in demo.splits["dev"] + demo.splits["test"]:
+            stream.write(f"{image_id}#0\tA blue square .\n")
+    input_base = tmp_path / "examples"
+    summary = beam_job.run_ingestion(
+        beam.Pipeline(runner="DirectRunner"),
+        config_lib.PipelineConfig(data=config_lib.DataConfig(data_dir=str(tmp_path / "data"))),
+        str(input_base))
+    assert summary["pairs_accepted"] == summary["pairs_read"] == 28 + len(demo.splits["dev"] + demo.splits["test"])
+
+    root = _run(tmp_path, input_base, split_pattern="Split-{split}/*")
     transformed = glob.glob(str(root / "Transform" / "transformed_examples" / "*" / "Split-train" / "*"))
     caption_counts = sorted(
         list(tf.train.Example.FromString(record.numpy()).features.feature["caption_ids"].int64_list.value)
