@@ -27,6 +27,7 @@ setuptools.setup(
         "google-cloud-aiplatform",
         "tensorflow-datasets",
         "pycocoevalcap",
+        "ijson",  # streams Karpathy and COCO JSON files instead of loading them whole
         "pillow",
         "numpy",
         "protobuf==3.20.3",

@@ -44,6 +44,10 @@ FLICKR8K_SPLIT_FILES = {"train": "Flickr_8k.trainImages.txt", "dev": "Flickr_8k.
                         "test": "Flickr_8k.testImages.txt"}
 
 
+# Caption dataset formats the reader knows (README "Other datasets").
+DATA_FORMATS = ("flickr8k", "karpathy")
+
+
 class ConfigError(ValueError):
     """A configuration value out of its range; the message names every bad key and value."""
 
@@ -55,6 +59,11 @@ class DataConfig:
     # Root of a Flickr8k-layout folder. Empty: the demo dataset is generated
     # under ``RuntimeConfig.output_dir``/demo_data and used.
     data_dir: str = ""
+    # "flickr8k": the token file (or Kaggle captions.txt) and the three split lists;
+    # "karpathy": one Karpathy split file (dataset_flickr8k/flickr30k/coco.json) as captions_file.
+    format: str = "flickr8k"
+    # Where a Karpathy file's "restval" images (COCO's rest of val2014) go.
+    restval_split: str = "train"
     image_dir_name: str = "Flicker8k_Dataset"  # sic: the official archive's spelling
     text_dir_name: str = "Flickr8k_text"
     # Either the official ``Flickr8k.token.txt`` or a Kaggle-style ``captions.txt``
@@ -317,6 +326,9 @@ def _fractions(values) -> bool:
 
 _SECTION_RULES = {
     "data": _rules("data", [
+        ("format", lambda value: value in DATA_FORMATS, f"must be one of {list(DATA_FORMATS)}"),
+        ("restval_split", lambda value: value in example_format.SPLITS,
+         f"must be one of {list(example_format.SPLITS)}"),
         ("image_dir_name", _non_empty, "must name the image folder"),
         ("captions_file", _non_empty, "must name the captions file"),
         ("train_split_file", _non_empty, "must name the train split list"),

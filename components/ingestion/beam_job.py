@@ -40,7 +40,7 @@ from apache_beam.ml.inference.base import KeyedModelHandler, ModelHandler, RunIn
 
 from components import config as config_lib
 from components import example_format
-from components.ingestion import flickr8k, image_files
+from components.ingestion import flickr8k, image_files, karpathy
 
 METRICS_NAMESPACE = "flickr8k_ingestion"
 STAGE_READER = "reader"
@@ -66,7 +66,13 @@ def split_dir(output_dir: str, split: str) -> str:
 
 
 def read_index(data_dir: str, data: config_lib.DataConfig) -> flickr8k.Flickr8kIndex:
-    """The reader over ``data_dir``, on any file system Beam knows (local, gs://, ...)."""
+    """The reader of ``data.format`` over ``data_dir``, on any file system Beam knows (local,
+    gs://, ...)."""
+    if data.format == "karpathy":
+        return karpathy.read_karpathy(
+            data_dir, data.captions_file, restval_split=data.restval_split,
+            open_binary=_open_uncompressed, max_caption_chars=data.max_caption_chars,
+            max_captions_per_image=data.max_captions_per_image)
     return flickr8k.read_flickr8k(
         data_dir,
         captions_file=data.captions_file,
@@ -104,7 +110,7 @@ class ReadImageFile(beam.DoFn):
         self._features = features
 
     def process(self, meta: ImageMeta):
-        if not flickr8k.is_plain_file_name(meta.image_id):
+        if not karpathy.is_image_path(meta.image_id):  # the readers' own rule, checked again
             yield from _reject(self.REJECTS, STAGE_READ, flickr8k.RejectReason.UNSAFE_IMAGE_NAME.value,
                                f"{meta.image_id!r} is not a plain file name", meta)
             return

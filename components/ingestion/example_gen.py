@@ -73,9 +73,10 @@ def data_fingerprint(data: config_lib.DataConfig) -> str:
             with FileSystems.open(path, compression_type=CompressionTypes.UNCOMPRESSED) as stream:
                 digest.update(stream.read())
     image_dir = os.path.join(data.data_dir, data.image_dir_name)
-    matches = FileSystems.match([os.path.join(image_dir, "*")])[0].metadata_list
+    # "**": COCO's images sit in folders under the image folder (train2014/, val2014/).
+    matches = FileSystems.match([os.path.join(image_dir, "**")])[0].metadata_list
     for metadata in sorted(matches, key=lambda metadata: metadata.path):
-        digest.update(f"{os.path.basename(metadata.path)}\t{metadata.size_in_bytes}\t"
+        digest.update(f"{os.path.relpath(metadata.path, image_dir)}\t{metadata.size_in_bytes}\t"
                       f"{metadata.last_updated_in_seconds}\n".encode())
     return digest.hexdigest()
 

@@ -63,6 +63,7 @@ class RejectReason(str, enum.Enum):
     MISSING_IMAGE_FILE = "missing_image_file"
     # Split-list lines only.
     DUPLICATE_SPLIT_ENTRY = "duplicate_split_entry"
+    UNKNOWN_SPLIT = "unknown_split"  # Karpathy files: a split name the format does not have
     LINE_TOO_LONG = "line_too_long"
     UNKNOWN_IMAGE = "unknown_image"
 
@@ -204,55 +205,87 @@ def read_flickr8k(
             f"Unknown split names {sorted(unknown_splits)}; expected {example_format.SPLITS}.")
 
     open_binary = open_binary or _open_local
-    rejects: List[Reject] = []
-    blank_lines = 0
+    image_files = None
+    if image_dir is not None:
+        if not os.path.isdir(image_dir):
+            raise Flickr8kLayoutError(f"Image folder {image_dir!r} does not exist.")
+        image_files = set(os.listdir(image_dir))
+    captions_path = _resolve(data_dir, captions_file)
+    return build_index(
+        _split_list_lines(data_dir, split_files, open_binary),
+        _parse_caption_lines(captions_path, open_binary, max_caption_chars),
+        os.path.basename(captions_path), image_files, max_caption_chars, max_captions_per_image)
 
-    # 1. Split lists: image (NFC) -> split, rejecting duplicates and unsafe names.
-    # image -> [(split, source, line number)] for every accepted split-list line.
-    listings: Dict[str, List[Tuple[str, str, int]]] = collections.defaultdict(list)
-    split_lines_read = 0
+
+def _split_list_lines(data_dir: str, split_files: Mapping[str, str],
+                      open_binary: Callable[[str], BinaryIO]) -> Iterator[SplitLine]:
     for split in example_format.SPLITS:
         if split not in split_files:
             continue
         path = _resolve(data_dir, split_files[split])
         source = os.path.basename(path)
-        seen_here = set()
         for line_number, text, error in _read_lines(path, open_binary, _MAX_SPLIT_LINE_BYTES):
             if error is None and not text.strip():
-                blank_lines += 1
-                continue
-            split_lines_read += 1
-            image_id = _name_key((text or "").strip())
-            if error is not None:
-                reason, detail = error
-            elif not is_plain_file_name(image_id):
-                reason, detail = RejectReason.UNSAFE_IMAGE_NAME, f"{image_id!r} is not a plain file name"
-            elif image_id in seen_here:
-                reason, detail = RejectReason.DUPLICATE_SPLIT_ENTRY, f"listed twice in {source}"
+                yield SplitLine(line_number, source, blank=True)
             else:
-                seen_here.add(image_id)
-                listings[image_id].append((split, source, line_number))
-                continue
-            rejects.append(Reject(SPLIT_LINE, source, line_number, reason, detail, image_id))
+                yield SplitLine(line_number, source, (text or "").strip(), split, error)
+
+
+@dataclasses.dataclass(frozen=True)
+class SplitLine:
+    """One entry that puts an image in a split: a split-list line, or an image of a JSON file."""
+
+    line_number: int
+    source: str
+    image_id: str = ""
+    split: str = ""
+    error: Optional[Tuple[RejectReason, str]] = None
+    blank: bool = False
+
+
+def build_index(split_lines: Iterable[SplitLine], caption_lines: Iterable[CaptionLine],
+                captions_source: str, image_files: Optional[set], max_caption_chars: int,
+                max_captions_per_image: int,
+                is_safe_name: Callable[[str], bool] = None) -> Flickr8kIndex:
+    """The rules every caption dataset format shares, over its parsed split entries and caption
+    lines: split entries first (all of them), then captions, then split entries nothing used."""
+    is_safe_name = is_safe_name or is_plain_file_name
+    rejects: List[Reject] = []
+    blank_lines = 0
+
+    # 1. Split entries: image (NFC) -> split, rejecting duplicates and unsafe names.
+    # image -> [(split, source, line number)] for every accepted split entry.
+    listings: Dict[str, List[Tuple[str, str, int]]] = collections.defaultdict(list)
+    split_lines_read = 0
+    seen_entries = set()
+    for line in split_lines:
+        if line.blank:
+            blank_lines += 1
+            continue
+        split_lines_read += 1
+        image_id = _name_key(line.image_id)
+        if line.error is not None:
+            reason, detail = line.error
+        elif not is_safe_name(image_id):
+            reason, detail = RejectReason.UNSAFE_IMAGE_NAME, f"{image_id!r} is not a plain file name"
+        elif (image_id, line.source) in seen_entries:
+            reason, detail = RejectReason.DUPLICATE_SPLIT_ENTRY, f"listed twice in {line.source}"
+        else:
+            seen_entries.add((image_id, line.source))
+            listings[image_id].append((line.split, line.source, line.line_number))
+            continue
+        rejects.append(Reject(SPLIT_LINE, line.source, line.line_number, reason, detail, image_id))
     split_of = {image_id: entries[0][0] for image_id, entries in listings.items()}
     splits_of = {image_id: ", ".join(entry[0] for entry in entries)
                  for image_id, entries in listings.items()}
     in_multiple_splits = {image_id for image_id, entries in listings.items() if len(entries) > 1}
 
     # 2. Captions.
-    image_files = None
-    if image_dir is not None:
-        if not os.path.isdir(image_dir):
-            raise Flickr8kLayoutError(f"Image folder {image_dir!r} does not exist.")
-        image_files = set(os.listdir(image_dir))
-
-    captions_path = _resolve(data_dir, captions_file)
-    captions_source = os.path.basename(captions_path)
     captions_of: Dict[str, List[Caption]] = collections.defaultdict(list)
     spelling_of: Dict[str, str] = {}  # NFC key -> the captions file's first spelling
     seen_pairs, seen_indices = set(), set()
     caption_lines_read = 0
-    for parsed in _parse_caption_lines(captions_path, open_binary, max_caption_chars):
+    for parsed in caption_lines:
         if parsed.blank:
             blank_lines += 1
             continue
@@ -261,7 +294,7 @@ def read_flickr8k(
 
         if parsed.error is not None:
             reason, detail = parsed.error
-        elif not is_plain_file_name(parsed.image_id):
+        elif not is_safe_name(parsed.image_id):
             reason, detail = RejectReason.UNSAFE_IMAGE_NAME, f"{parsed.image_id!r} is not a plain file name"
         elif parsed.caption_index > _MAX_CAPTION_INDEX:
             reason, detail = RejectReason.CAPTION_INDEX_OUT_OF_RANGE, (
@@ -298,7 +331,7 @@ def read_flickr8k(
         rejects.append(Reject(CAPTION_LINE, captions_source, parsed.line_number, reason, detail,
                               parsed.image_id, parsed.caption_index))
 
-    # 3. Split-list lines of images in two splits, or that no accepted caption refers to.
+    # 3. Split entries of images in two splits, or that no accepted caption refers to.
     for image_id, entries in sorted(listings.items()):
         if image_id in in_multiple_splits:
             reason, detail = RejectReason.IMAGE_IN_MULTIPLE_SPLITS, f"listed in {splits_of[image_id]}"
@@ -320,7 +353,9 @@ def read_flickr8k(
 
 
 @dataclasses.dataclass(frozen=True)
-class _ParsedCaptionLine:
+class CaptionLine:
+    """One caption as a format's parser read it (or why it could not)."""
+
     line_number: int
     image_id: str = ""
     caption_index: int = -1
@@ -380,7 +415,7 @@ def _read_lines(path: str, open_binary: Callable[[str], BinaryIO], max_bytes: in
 
 
 def _parse_caption_lines(path: str, open_binary: Callable[[str], BinaryIO], max_caption_chars: int
-                         ) -> Iterator[_ParsedCaptionLine]:
+                         ) -> Iterator[CaptionLine]:
     # A UTF-8 character is at most 4 bytes; the image name and index come on top.
     max_bytes = 4 * max_caption_chars + _MAX_SPLIT_LINE_BYTES
     with _open_required(path, open_binary) as stream:
@@ -391,31 +426,31 @@ def _parse_caption_lines(path: str, open_binary: Callable[[str], BinaryIO], max_
         yield from _parse_token_file(path, open_binary, max_bytes)
 
 
-def _line_error(line_number: int, error: Tuple[RejectReason, str]) -> _ParsedCaptionLine:
+def _line_error(line_number: int, error: Tuple[RejectReason, str]) -> CaptionLine:
     if error[0] is RejectReason.LINE_TOO_LONG:
         error = (RejectReason.CAPTION_TOO_LONG, error[1])
-    return _ParsedCaptionLine(line_number, error=error)
+    return CaptionLine(line_number, error=error)
 
 
 def _parse_token_file(path: str, open_binary: Callable[[str], BinaryIO], max_bytes: int
-                      ) -> Iterator[_ParsedCaptionLine]:
+                      ) -> Iterator[CaptionLine]:
     for line_number, text, error in _read_lines(path, open_binary, max_bytes):
         if error is not None:
             yield _line_error(line_number, error)
             continue
         if not text.strip():
-            yield _ParsedCaptionLine(line_number, blank=True)
+            yield CaptionLine(line_number, blank=True)
             continue
         key, tab, caption = text.partition("\t")
         match = _TOKEN_KEY.match(key)
         if not tab or match is None:
-            yield _ParsedCaptionLine(line_number, error=(
+            yield CaptionLine(line_number, error=(
                 RejectReason.MALFORMED_LINE,
                 "expected '<image>#<n><TAB><caption>'" + ("" if tab else " (no TAB)")))
             continue
         index_digits = match.group("index")
         if len(index_digits) > 19:  # past int64 whatever the digits; int() of a huge run is slow
-            yield _ParsedCaptionLine(line_number, match.group("image"), error=(
+            yield CaptionLine(line_number, match.group("image"), error=(
                 RejectReason.CAPTION_INDEX_OUT_OF_RANGE,
                 f"caption index of {len(index_digits)} digits does not fit a signed 64-bit integer"))
             continue
@@ -423,7 +458,7 @@ def _parse_token_file(path: str, open_binary: Callable[[str], BinaryIO], max_byt
 
 
 def _parse_kaggle_csv(path: str, open_binary: Callable[[str], BinaryIO], max_bytes: int
-                      ) -> Iterator[_ParsedCaptionLine]:
+                      ) -> Iterator[CaptionLine]:
     """The Kaggle ``captions.txt``: no caption index, so captions are numbered per image."""
     next_index: Dict[str, int] = collections.defaultdict(int)
     for line_number, text, error in _read_lines(path, open_binary, max_bytes):
@@ -433,7 +468,7 @@ def _parse_kaggle_csv(path: str, open_binary: Callable[[str], BinaryIO], max_byt
             yield _line_error(line_number, error)
             continue
         if not text.strip():
-            yield _ParsedCaptionLine(line_number, blank=True)
+            yield CaptionLine(line_number, blank=True)
             continue
         try:
             fields = next(csv.reader(io.StringIO(text)))
@@ -442,7 +477,7 @@ def _parse_kaggle_csv(path: str, open_binary: Callable[[str], BinaryIO], max_byt
         else:
             detail = f"expected 2 CSV fields, got {len(fields)}"
         if len(fields) != 2:
-            yield _ParsedCaptionLine(line_number, error=(RejectReason.MALFORMED_LINE, detail))
+            yield CaptionLine(line_number, error=(RejectReason.MALFORMED_LINE, detail))
             continue
         image_id, caption = fields
         key = _name_key(image_id.strip())
@@ -452,11 +487,11 @@ def _parse_kaggle_csv(path: str, open_binary: Callable[[str], BinaryIO], max_byt
 
 
 def _caption_line(line_number: int, image_id: str, caption_index: int,
-                  caption: str) -> _ParsedCaptionLine:
+                  caption: str) -> CaptionLine:
     if _CONTROL_CHARACTERS.search(caption) or _CONTROL_CHARACTERS.search(image_id):
-        return _ParsedCaptionLine(line_number, image_id, caption_index, caption, error=(
+        return CaptionLine(line_number, image_id, caption_index, caption, error=(
             RejectReason.CONTROL_CHARACTERS, "line holds control characters (damaged file?)"))
-    return _ParsedCaptionLine(line_number, image_id.strip(), caption_index, caption.strip())
+    return CaptionLine(line_number, image_id.strip(), caption_index, caption.strip())
 
 
 def write_token_file(path: str, captions: Iterable[Tuple[str, Sequence[str]]]) -> None:

@@ -89,7 +89,8 @@ def test_images_with_1_to_7_captions_are_ingested_and_pass_the_gate_into_transfo
         beam.Pipeline(runner="DirectRunner"),
         config_lib.PipelineConfig(data=config_lib.DataConfig(data_dir=str(tmp_path / "data"))),
         str(input_base))
-    assert summary["pairs_accepted"] == summary["pairs_read"] == 28 + len(demo.splits["dev"] + demo.splits["test"])
+    other_images = len(demo.splits["dev"] + demo.splits["test"])
+    assert summary["pairs_accepted"] == summary["pairs_read"] == 28 + other_images
 
     root = _run(tmp_path, input_base, split_pattern="Split-{split}/*")
     transformed = glob.glob(str(root / "Transform" / "transformed_examples" / "*" / "Split-train" / "*"))
