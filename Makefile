@@ -20,6 +20,8 @@ RESNET_WEIGHTS ?=
 OUTPUT_DIR ?= outputs
 # Extra config overrides: SET="trainer.epochs=5 trainer.per_replica_batch_size=64"
 SET ?=
+# VERBOSE=1: the full TFX / TensorFlow / Beam log on the console too (it is always in OUTPUT_DIR/logs/)
+VERBOSE ?=
 PYTEST_ARGS ?=
 # pytest-xdist workers for make test / test-fast (tests/conftest.py groups the tests)
 TEST_WORKERS ?= 2
@@ -32,6 +34,8 @@ IMAGE ?=
 RUN_ARGS := --output_dir=$(OUTPUT_DIR) $(if $(DATA_DIR),--data_dir=$(DATA_DIR)) \
 	$(if $(GLOVE),--glove=$(GLOVE)) $(if $(RESNET_WEIGHTS),--resnet_weights=$(RESNET_WEIGHTS)) \
 	$(foreach assignment,$(SET),--set=$(assignment))
+
+PIPELINE_LOCAL_ARGS := $(RUN_ARGS) $(if $(VERBOSE),--verbose)
 
 KFP_ARGS := $(if $(PROJECT),--project=$(PROJECT)) --region=$(REGION) $(if $(BUCKET),--bucket=$(BUCKET)) \
 	$(if $(IMAGE),--image=$(IMAGE)) $(if $(DATA_DIR),--data_dir=$(DATA_DIR),--no_data_fingerprint) \
@@ -84,7 +88,7 @@ demo-data: $(STAMP)
 	$(PY) -m pipeline.local_runner demo-data $(RUN_ARGS)
 
 pipeline-local: $(STAMP) check-java
-	$(PY) -m pipeline.local_runner run $(RUN_ARGS)
+	$(PY) -m pipeline.local_runner run $(PIPELINE_LOCAL_ARGS)
 
 pipeline-compile: $(STAMP)
 	$(PY) -m pipeline.kubeflow_v2_runner compile --output_file=$(OUTPUT_DIR)/kfp/flickr8k-captioning.json $(KFP_ARGS)

@@ -22,6 +22,7 @@ from absl import logging
 from components import config as config_lib
 from components import example_format
 from components.ingestion import demo_data
+from pipeline import console
 
 SCHEMA_PATH = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
                            "schemas", "schema.pbtxt")
@@ -225,6 +226,8 @@ def print_outputs(pipeline_config: config_lib.PipelineConfig) -> None:
 def _parse_args(argv: Sequence[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m pipeline.local_runner", description=__doc__)
     parser.add_argument("command", choices=("run", "demo-data"))
+    parser.add_argument("--verbose", action="store_true",
+                        help="also log TFX, TensorFlow and Beam to the console (always in the log file)")
     config_lib.add_config_flags(parser, ("output_dir", "data_dir", "glove", "resnet_weights"))
     return parser.parse_args(argv)
 
@@ -232,13 +235,21 @@ def _parse_args(argv: Sequence[str]) -> argparse.Namespace:
 def main(argv: Optional[List[str]] = None) -> int:
     logging.set_verbosity(logging.INFO)
     args = _parse_args(sys.argv[1:] if argv is None else argv)
-    pipeline_config = resolve_data(build_config(args))
     if args.command == "demo-data":
+        pipeline_config = resolve_data(build_config(args))
         print(f"Demo dataset: {pipeline_config.data.data_dir}")
         print(f"Synthetic GloVe file: {pipeline_config.transform.glove_path}")
         return 0
-    run_pipeline(pipeline_config)
-    print_outputs(pipeline_config)
+    pipeline_config = build_config(args)  # a bad override stops here, before any log file
+    with console.run_log(pipeline_config.runtime.output_dir, verbose=args.verbose) as run:
+        try:
+            pipeline_config = resolve_data(pipeline_config)
+            run_pipeline(pipeline_config)
+            print_outputs(pipeline_config)
+        except Exception as error:  # any node's failure: one paragraph here, the traceback in the log
+            logging.exception("The pipeline run failed in %s", run.running)
+            print(console.failure_paragraph(error, run.running, run.log_path))
+            return 1
     return 0
 
 

@@ -25,6 +25,8 @@ import hashlib
 import json
 import math
 import os
+import sys
+import time
 from typing import List
 
 import keras
@@ -66,10 +68,26 @@ def backup_dir(backup_root: str, train_files: List[str], transform_output: str, 
 
 
 class EpochLogger(keras.callbacks.Callback):
+    """Logs every epoch's metrics; with ``print_lines``, also one line per epoch on stdout (the
+    console when stdout is not a terminal, where Keras' progress bar would be unreadable)."""
+
+    def __init__(self, epochs: int, print_lines: bool):
+        super().__init__()
+        self._epochs, self._print_lines, self._started = epochs, print_lines, 0.0
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self._started = time.monotonic()
+
     def on_epoch_end(self, epoch, logs=None):
         logs = logs or {}
         logging.info("epoch %d: %s", epoch + 1,
                      ", ".join(f"{name} {value:.4f}" for name, value in sorted(logs.items())))
+        if self._print_lines:
+            names = (("loss", "loss"), ("val_loss", "dev loss"),
+                     ("val_masked_accuracy", "dev token accuracy"))
+            metrics = ", ".join(f"{label} {logs[name]:.4f}" for name, label in names if name in logs)
+            print(f"    epoch {epoch + 1}/{self._epochs}: {metrics} "
+                  f"({time.monotonic() - self._started:.1f} s)", flush=True)
 
 
 @contextlib.contextmanager
@@ -136,18 +154,21 @@ def _train(pipeline_config, train_files, eval_files, transform_output_dir, model
             feature_statistics=(feature_mean, feature_variance))
         model_lib.compile_model(model, trainer, total_steps=steps_per_epoch * trainer.epochs)
 
+    # Keras' progress bar (epoch, step, loss, ETA) on a terminal; EpochLogger's lines otherwise.
+    on_terminal = sys.stdout.isatty()
     callbacks = [
         keras.callbacks.BackupAndRestore(backup_directory),
         keras.callbacks.TerminateOnNaN(),
         keras.callbacks.EarlyStopping(monitor="val_loss", patience=trainer.early_stopping_patience,
                                       restore_best_weights=True),
         keras.callbacks.TensorBoard(log_dir=os.path.join(model_run_dir, "tensorboard")),
-        EpochLogger(),
+        EpochLogger(trainer.epochs, print_lines=not on_terminal),
         *extra_callbacks,
     ]
     history = model.fit(train_dataset, validation_data=eval_dataset, epochs=trainer.epochs,
                         steps_per_epoch=steps_per_epoch, validation_steps=validation_steps,
-                        callbacks=callbacks, verbose=2)
+                        callbacks=callbacks,
+                        verbose=1 if on_terminal else 0)
     losses = history.history.get("loss", [])
     if not losses or not np.all(np.isfinite(losses)):
         raise NonFiniteLossError(f"Training stopped on a non-finite loss; losses per epoch: {losses}")

@@ -91,7 +91,8 @@ def read_vectors(path: str, wanted_words: Iterable[str], zip_member: str = "glov
       (word → float32 vector, dimension, lines read).
 
     Raises:
-      GloveFormatError: a line with a different dimension or a non-number.
+      GloveFormatError: a first line that is not a word and numbers, or a wanted word's line
+        with a different dimension or a non-number.
     """
     wanted: Set[str] = set(wanted_words)
     vectors: Dict[str, np.ndarray] = {}
@@ -103,6 +104,12 @@ def read_vectors(path: str, wanted_words: Iterable[str], zip_member: str = "glov
         word_bytes, _, values = line.partition(b" ")
         if dim is None:
             dim = values.count(b" ") + 1
+            try:  # the first line fixes the format: a file that is not GloVe stops here
+                np.array(values.split(b" "), dtype=np.float32)
+            except ValueError as error:
+                raise GloveFormatError(
+                    f"{path}:1 is not '<word> <number> <number> ...', so this is not a GloVe "
+                    f"text file ({error})") from error
         word = word_bytes.decode("utf-8", errors="replace")
         if word not in wanted or word in vectors:
             continue

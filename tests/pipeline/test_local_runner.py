@@ -1,6 +1,7 @@
 """Tests of the local runner: config from the command line, and the pipeline end to end."""
 
 import os
+import re
 
 import pytest
 
@@ -55,6 +56,11 @@ def _executions(output_dir):
     return rows
 
 
+def _node_lines(printed):
+    """(node, ran|cached) of the console's per-node lines, in order."""
+    return re.findall(r"^  (\w+) +(ran|cached) +[0-9.]+ s$", printed, re.MULTILINE)
+
+
 def _run(argv, output_dir):
     """Runs the pipeline; returns {component: state} of the executions this run added."""
     before = len(_executions(output_dir)) if (output_dir / "metadata").exists() else 0
@@ -81,6 +87,13 @@ def test_pipeline_caches_resumes_after_a_failure_and_matches_the_standalone_job(
     first = _run(argv, tmp_path)
     assert first == dict.fromkeys(COMPONENTS, "COMPLETE")
     printed = capsys.readouterr().out
+    # The console: the log's path, a line per node, the summary; TFX's INFO lines only in the log.
+    log_path = re.search(r"^Log: (\S+\.log)$", printed, re.MULTILINE).group(1)
+    assert os.path.dirname(log_path) == str(tmp_path / "logs")
+    assert _node_lines(printed) == [(name, "ran") for name in COMPONENTS]
+    assert len(printed.splitlines()) <= 120 and "INFO:absl" not in printed, printed[:2000]
+    with open(log_path, encoding="utf-8") as log:
+        assert "Component Trainer is running." in log.read()
     assert "pairs read 100 = accepted 100 + rejected 0" in printed
     assert "Transform graph: " in printed and "vocabulary: " in printed
     assert "Trained model: " in printed and "dev loss" in printed
@@ -94,6 +107,7 @@ def test_pipeline_caches_resumes_after_a_failure_and_matches_the_standalone_job(
     # Nothing changed: every component is a cache hit (no model was blessed, so the
     # evaluator's baseline input is still empty).
     second = _run(argv, tmp_path)
+    assert ("Trainer", "cached") in _node_lines(capsys.readouterr().out)
     assert {name: state for name, state in second.items()
             if name != "latest_blessed_model_resolver"} == {
         name: "CACHED" for name in COMPONENTS if name != "latest_blessed_model_resolver"}
@@ -142,8 +156,14 @@ def test_pipeline_caches_resumes_after_a_failure_and_matches_the_standalone_job(
     # Not run_fn itself: TFX reloads the run_fn module before calling it.
     monkeypatch.setattr(inputs, "make_dataset", failing_dataset)
     executions_before = len(_executions(tmp_path))
-    with pytest.raises(RuntimeError, match="simulated Trainer crash"):
-        local_runner.main(argv)
+    capsys.readouterr()
+    assert local_runner.main(argv) == 1
+    printed = capsys.readouterr().out
+    failure = re.search(r"^FAILED in Trainer: RuntimeError: simulated Trainer crash\n"
+                        r"The full log, with the traceback: (\S+)$", printed, re.MULTILINE)
+    assert failure and "Traceback" not in printed, printed[-2000:]
+    with open(failure.group(1), encoding="utf-8") as log:
+        assert "Traceback (most recent call last)" in log.read()
     failed = dict(_executions(tmp_path)[executions_before:])
     assert failed["Flickr8kExampleGen"] == "COMPLETE" and failed["Trainer"] == "FAILED"
     assert "CaptionEvaluator" not in failed and "Pusher" not in failed
@@ -159,6 +179,21 @@ def test_pipeline_caches_resumes_after_a_failure_and_matches_the_standalone_job(
         "Flickr8kExampleGen": "CACHED", "StatisticsGen": "CACHED", "Transform": "CACHED"}
     assert resumed["Trainer"] == "COMPLETE" and resumed["CaptionEvaluator"] == "COMPLETE"
     assert "pairs read 100 = accepted 99 + rejected 1 {'duplicate_caption': 1}" in capsys.readouterr().out
+
+    # A file that is not GloVe: the run stops in Transform with the reader's one-line reason.
+    assert local_runner.main(argv + [f"--glove={token_path}"]) == 1
+    assert re.search(r"^FAILED in Transform: .*GloveFormatError.*Flickr8k.token.txt:1 is not ",
+                     capsys.readouterr().out, re.MULTILINE)
+
+
+@pytest.mark.slow
+def test_a_missing_data_folder_ends_in_one_paragraph_and_a_non_zero_exit(tmp_path, capsys):
+    missing = tmp_path / "no_such_folder"
+    assert local_runner.main(["run", f"--output_dir={tmp_path}", f"--data_dir={missing}"]) == 1
+    printed = capsys.readouterr().out
+    assert re.search(r"^FAILED in Flickr8kExampleGen: Flickr8kLayoutError: Required Flickr8k file not "
+                     rf"readable: {re.escape(str(missing))}/Flickr8k_text/", printed, re.MULTILINE)
+    assert len(printed.splitlines()) == 3 and "Traceback" not in printed, printed
 
 
 QUALITY_EPOCHS = 10
@@ -184,6 +219,13 @@ def test_demo_pipeline_learns_is_blessed_pushed_and_reported(tmp_path, capsys):
     first = _run(argv, tmp_path)
     assert first == dict.fromkeys(COMPONENTS, "COMPLETE")
     printed = capsys.readouterr().out
+    # The console: the log's path, a line per node, the summary; TFX's INFO lines only in the log.
+    log_path = re.search(r"^Log: (\S+\.log)$", printed, re.MULTILINE).group(1)
+    assert os.path.dirname(log_path) == str(tmp_path / "logs")
+    assert _node_lines(printed) == [(name, "ran") for name in COMPONENTS]
+    assert len(printed.splitlines()) <= 120 and "INFO:absl" not in printed, printed[:2000]
+    with open(log_path, encoding="utf-8") as log:
+        assert "Component Trainer is running." in log.read()
     assert "pairs read 1500 = accepted 1500 + rejected 0" in printed
     evaluation_uri = local_runner.latest_artifact_uri(str(tmp_path), "ModelEvaluation", "CaptionEvaluator")
     document = json.loads(open(os.path.join(evaluation_uri, evaluator.METRICS_FILE)).read())
@@ -222,6 +264,7 @@ def test_demo_pipeline_learns_is_blessed_pushed_and_reported(tmp_path, capsys):
     # The first rerun re-runs the evaluator (its baseline input is now the blessed model) and
     # the Pusher, which does not push the same model again; the next rerun is fully cached.
     second = _run(argv, tmp_path)
+    assert ("Trainer", "cached") in _node_lines(capsys.readouterr().out)
     second.pop("latest_blessed_model_resolver")
     assert {name: state for name, state in second.items() if state != "CACHED"} == {
         "CaptionEvaluator": "COMPLETE", "Pusher": "COMPLETE"}

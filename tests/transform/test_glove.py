@@ -139,3 +139,11 @@ def test_transform_output_holds_vocabulary_matrix_and_facts(tmp_path):
         preprocessing.MATRIX_ASSET)) == os.path.dirname(
         tft.TFTransformOutput(output_dir).vocabulary_file_by_name(preprocessing.VOCABULARY_ASSET))
     assert tf.io.gfile.exists(os.path.join(output_dir, "transform_fn", "assets", example_format.FACTS_FILE))
+
+
+def test_a_file_that_is_not_glove_is_a_clear_error_even_without_a_wanted_word(tmp_path):
+    """Only wanted words' lines are parsed; the first line is parsed always, so a caption file
+    passed as --glove stops here instead of giving 0 words found and random embeddings."""
+    (tmp_path / "captions.txt").write_text("image,caption\n1000268201.jpg,A child in pink .\n")
+    with pytest.raises(glove.GloveFormatError, match=r"captions.txt:1 is not .* not a GloVe text file"):
+        glove.read_vectors(str(tmp_path / "captions.txt"), ["zebra"])
