@@ -50,7 +50,8 @@ class NodeLines(logging.Handler):
             self._cached = True
         elif message == "Component %s is finished." and self.running:
             state = "cached" if self._cached else "ran"
-            self._console.write(f"  {self.running:<34} {state:>6} {time.monotonic() - self._started:8.1f} s\n")
+            seconds = time.monotonic() - self._started
+            self._console.write(f"  {self.running:<34} {state:>6} {seconds:8.1f} s\n")
             self._console.flush()
             self.running = None
 
