@@ -1,17 +1,21 @@
-"""tf.data input for the Trainer: transformed examples → (features, input ids) / target ids.
+"""tf.data input for the Trainer: transformed examples → image-major batches.
 
 Each transformed example is one image: ``image_features`` (float16 bytes,
 parsed once per image) and ``caption_ids`` (its captions, each
 ``max_caption_length`` ids, concatenated). The pipeline parses images in
 parallel, caches the parsed images (float16, ~200 KB each) when asked, and
-expands each image into one training pair per caption: ``input_ids`` = the
-caption without its last id, ``target_ids`` = without its first.
+batches them **image-major**: a batch holds ``images_per_batch`` images, each
+with its captions padded to ``captions_per_image`` rows by all-padding
+captions, so the model's image encoder runs once per image and its output is
+repeated to the captions after it (``model.image_major_model``). Per caption:
+``input_ids`` = the caption without its last id, ``target_ids`` = without its
+first; padding (target id 0) is excluded by the loss and the accuracy.
 
-Every batch has exactly ``batch_size`` rows: the last, short batch of an epoch
-is filled up with all-padding captions (target ids 0, which the loss and the
-accuracy exclude) and zero features. Nothing is dropped, and MirroredStrategy
-never has to split a batch unevenly over its replicas (an odd eval batch of 5
-captions over 2 replicas failed in Keras' first symbolic step).
+Every batch has exactly ``images_per_batch`` images: the last, short batch of
+an epoch is filled up with zero features and all-padding captions. Nothing is
+dropped, and MirroredStrategy splits every batch evenly over its replicas when
+``images_per_batch`` is a multiple of them (``images_per_batch``; an odd eval
+batch of 5 captions over 2 replicas failed in Keras' first symbolic step).
 """
 
 from typing import List, Tuple
@@ -75,31 +79,61 @@ def feature_statistics(file_patterns: List[str], max_caption_length: int,
     return mean, np.maximum(variance, floor).astype(np.float32)
 
 
-def _caption_pairs(image_features: tf.Tensor, caption_ids: tf.Tensor) -> tf.data.Dataset:
-    repeated = tf.repeat(image_features[tf.newaxis], tf.shape(caption_ids)[0], axis=0)
-    return tf.data.Dataset.from_tensor_slices((repeated, caption_ids))
+def caption_counts(file_patterns: List[str], max_caption_length: int) -> Tuple[int, int]:
+    """``(images, most captions of one image)`` over the files (their caption ids only)."""
+    files = _files(file_patterns)
+    compression = "GZIP" if all(path.endswith(".gz") for path in files) else ""
+    spec = {example_format.CAPTION_IDS: FEATURE_SPEC[example_format.CAPTION_IDS]}
+    id_counts = (tf.data.TFRecordDataset(files, compression_type=compression,
+                                         num_parallel_reads=tf.data.AUTOTUNE)
+                 .map(lambda serialized: tf.shape(tf.io.parse_single_example(serialized, spec)[
+                     example_format.CAPTION_IDS].values, out_type=tf.int64)[0],
+                      num_parallel_calls=tf.data.AUTOTUNE))
+    images, most_ids = id_counts.reduce(
+        (tf.constant(0, tf.int64), tf.constant(0, tf.int64)),
+        lambda state, ids: (state[0] + 1, tf.maximum(state[1], ids)))
+    return int(images), int(most_ids) // max_caption_length
 
 
-def _fill_batch(batch_size: int):
-    def fill(image_features: tf.Tensor, caption_ids: tf.Tensor):
-        missing = batch_size - tf.shape(caption_ids)[0]
-        image_features = tf.pad(image_features, [[0, missing], [0, 0], [0, 0]])
+def images_per_batch(per_replica_captions: int, captions_per_image: int, replicas: int) -> int:
+    """Images per global batch: ``per_replica_captions`` caption rows per replica at most (one
+    image per replica at least), a multiple of ``replicas`` so every replica gets as many."""
+    return max(1, per_replica_captions // captions_per_image) * replicas
+
+
+def _pad_captions(captions_per_image: int):
+    def pad(image_features: tf.Tensor, caption_ids: tf.Tensor):
+        missing = captions_per_image - tf.shape(caption_ids)[0]
+        tf.debugging.assert_non_negative(
+            missing, message=f"an image has more than captions_per_image={captions_per_image} captions")
         caption_ids = tf.pad(caption_ids, [[0, missing], [0, 0]])  # PAD_ID rows: no real tokens
-        return (tf.ensure_shape(image_features, [batch_size, *image_features.shape[1:]]),
-                tf.ensure_shape(caption_ids, [batch_size, caption_ids.shape[1]]))
+        return image_features, tf.ensure_shape(caption_ids, [captions_per_image, caption_ids.shape[1]])
+    return pad
+
+
+def _fill_batch(images_per_batch: int):
+    def fill(image_features: tf.Tensor, caption_ids: tf.Tensor):
+        missing = images_per_batch - tf.shape(caption_ids)[0]
+        image_features = tf.pad(image_features, [[0, missing], [0, 0], [0, 0]])
+        caption_ids = tf.pad(caption_ids, [[0, missing], [0, 0], [0, 0]])
+        return (tf.ensure_shape(image_features, [images_per_batch, *image_features.shape[1:]]),
+                tf.ensure_shape(caption_ids, [images_per_batch, *caption_ids.shape[1:]]))
     return fill
 
 
 def _to_model_inputs(image_features: tf.Tensor, caption_ids: tf.Tensor):
     return ({example_format.IMAGE_FEATURES: tf.cast(image_features, tf.float32),
-             model_lib.INPUT_IDS: caption_ids[:, :-1]},
-            caption_ids[:, 1:])
+             model_lib.INPUT_IDS: caption_ids[:, :, :-1]},
+            caption_ids[:, :, 1:])
 
 
-def make_dataset(file_patterns: List[str], max_caption_length: int, batch_size: int,
-                 shuffle: bool, seed: int = 0, cache: bool = True, repeat: bool = False) -> tf.data.Dataset:
-    """Batches of ``({"image_features", "input_ids"}, target_ids)``, one row per caption.
+def make_dataset(file_patterns: List[str], max_caption_length: int, images_per_batch: int,
+                 captions_per_image: int, shuffle: bool, seed: int = 0, cache: bool = True,
+                 repeat: bool = False) -> tf.data.Dataset:
+    """Batches of ``({"image_features" [images, 49, 2048], "input_ids" [images, captions,
+    length - 1]}, target_ids [images, captions, length - 1])``.
 
+    ``captions_per_image``: at least the most captions any image has (``caption_counts``).
     ``repeat``: pass after pass without end, each pass ending in its own filled batch, for a
     ``fit`` told the exact steps of one pass (see ``count_batches``).
     """
@@ -113,11 +147,10 @@ def make_dataset(file_patterns: List[str], max_caption_length: int, batch_size: 
         images = images.cache()
     if shuffle:
         images = images.shuffle(2048, seed=seed, reshuffle_each_iteration=True)
-    pairs = images.flat_map(_caption_pairs)
-    if shuffle:
-        pairs = pairs.shuffle(4 * batch_size, seed=seed, reshuffle_each_iteration=True)
-    batches = (pairs.batch(batch_size)
-               .map(_fill_batch(batch_size), num_parallel_calls=tf.data.AUTOTUNE)
+    batches = (images.map(_pad_captions(captions_per_image), num_parallel_calls=tf.data.AUTOTUNE,
+                          deterministic=True)
+               .batch(images_per_batch)
+               .map(_fill_batch(images_per_batch), num_parallel_calls=tf.data.AUTOTUNE)
                .map(_to_model_inputs, num_parallel_calls=tf.data.AUTOTUNE))
     return (batches.repeat() if repeat else batches).prefetch(tf.data.AUTOTUNE)
 

@@ -12,11 +12,14 @@ Under ``MirroredStrategy`` each replica's loss must also be divided by the
 number of replicas before the gradients are summed. Keras does that only for
 its ``sum_over_batch_size`` reduction, so the loss uses it: the per-token
 values are weighted so that Keras' sum / (batch × time) is the mean over real
-tokens. (With ``reduction="sum"`` Keras skips the scaling: on 2 replicas the
+tokens, those of the whole global batch (their count summed over the replicas),
+so the loss and gradients are the single-device ones however unevenly the real
+tokens fall on the replicas. (With ``reduction="sum"`` Keras skips the scaling: on 2 replicas the
 reported loss was twice the true one and the gradients were summed, not averaged.)
 """
 
 import keras
+import tensorflow as tf
 from keras import ops
 
 from components import caption_text
@@ -36,7 +39,15 @@ class MaskedCaptionLoss(keras.losses.Loss):
             target_ids, logits, from_logits=True)
         mask = ops.cast(ops.not_equal(target_ids, caption_text.PAD_ID), "float32")
         elements = ops.cast(ops.size(mask), "float32")
-        return token_losses * mask * (elements / ops.maximum(ops.sum(mask), 1.0))
+        real_tokens = ops.maximum(ops.sum(mask), 1.0)
+        replica_context = tf.distribute.get_replica_context()
+        if replica_context is not None and replica_context.num_replicas_in_sync > 1:
+            # The mean over the global batch's real tokens, not a mean of per-replica means:
+            # replicas holding different numbers of real tokens (image-major batches do)
+            # would otherwise weigh their tokens unequally.
+            global_tokens = replica_context.all_reduce(tf.distribute.ReduceOp.SUM, ops.sum(mask))
+            real_tokens = ops.maximum(global_tokens, 1.0) / float(replica_context.num_replicas_in_sync)
+        return token_losses * mask * (elements / real_tokens)
 
 
 @keras.saving.register_keras_serializable(package="flickr8k_captioning")

@@ -155,6 +155,71 @@ def split_model(model: keras.Model):
     return model.get_layer(IMAGE_ENCODER), model.get_layer(TEXT_DECODER)
 
 
+@keras.saving.register_keras_serializable(package="flickr8k_captioning")
+class RepeatForCaptions(keras.layers.Layer):
+    """``[images, 49, units]`` projections and ``[images, captions, time]`` ids →
+    ``[images × captions, 49, units]`` (each image's projection once per caption) and
+    ``[images × captions, time]``: the image encoder's output is repeated after it, not its input."""
+
+    def __init__(self, captions_per_image: int, **kwargs):
+        super().__init__(**kwargs)
+        self.captions_per_image = captions_per_image
+
+    def call(self, image_projection, caption_ids):
+        repeated = keras.ops.repeat(image_projection, self.captions_per_image, axis=0)
+        flat_ids = keras.ops.reshape(caption_ids, (-1, keras.ops.shape(caption_ids)[2]))
+        return repeated, flat_ids
+
+    def compute_output_shape(self, image_projection_shape, caption_ids_shape):
+        images = image_projection_shape[0]
+        rows = None if images is None else images * self.captions_per_image
+        return (rows, *image_projection_shape[1:]), (rows, caption_ids_shape[2])
+
+    def get_config(self):
+        return {**super().get_config(), "captions_per_image": self.captions_per_image}
+
+
+@keras.saving.register_keras_serializable(package="flickr8k_captioning")
+class GroupByImage(keras.layers.Layer):
+    """``[images × captions, time, vocabulary]`` logits → ``[images, captions, time, vocabulary]``."""
+
+    def __init__(self, captions_per_image: int, **kwargs):
+        super().__init__(**kwargs)
+        self.captions_per_image = captions_per_image
+
+    def call(self, logits):
+        shape = keras.ops.shape(logits)
+        return keras.ops.reshape(logits, (-1, self.captions_per_image, shape[1], shape[2]))
+
+    def compute_output_shape(self, logits_shape):
+        images = None if logits_shape[0] is None else logits_shape[0] // self.captions_per_image
+        return (images, self.captions_per_image, *logits_shape[1:])
+
+    def get_config(self):
+        return {**super().get_config(), "captions_per_image": self.captions_per_image}
+
+
+def image_major_model(model: keras.Model, captions_per_image: int) -> keras.Model:
+    """The model of :func:`build_captioning_model` (its layers and weights, shared) on
+    image-major batches: ``image_features [images, 49, 2048]`` and ``input_ids [images,
+    captions_per_image, time]`` → logits ``[images, captions_per_image, time, vocabulary]``.
+
+    The image encoder (most of a caption-major step's FLOPs: Dense 2048→1024→512 at 49
+    positions) runs once per image instead of once per caption; the text decoder, the loss
+    per caption and its gradients are the caption-major model's on the same captions.
+    """
+    image_encoder, text_decoder = split_model(model)
+    image_features = keras.Input((example_format.FEATURE_POSITIONS, example_format.FEATURE_DEPTH),
+                                 name=example_format.IMAGE_FEATURES)
+    caption_input_ids = keras.Input((captions_per_image, None), dtype="int32", name=INPUT_IDS)
+    repeated, flat_ids = RepeatForCaptions(captions_per_image, name="repeat_for_captions")(
+        image_encoder(image_features), caption_input_ids)
+    logits = text_decoder({IMAGE_PROJECTION: repeated, INPUT_IDS: flat_ids})
+    logits = GroupByImage(captions_per_image, dtype="float32", name="group_by_image")(logits)
+    return keras.Model({example_format.IMAGE_FEATURES: image_features, INPUT_IDS: caption_input_ids},
+                       logits, name="image_major_caption_model")
+
+
 class IncrementalDecoder:
     """The text decoder one token at a time, carrying the two LSTMs' states.
 

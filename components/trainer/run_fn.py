@@ -6,7 +6,9 @@ trains with:
 
 * ``tf.distribute.MirroredStrategy`` over all visible GPUs, or over the CPU
   devices when there is none (one, unless tests split the CPU into two logical
-  devices); global batch = per-replica batch × replicas;
+  devices), on image-major batches (``inputs``: images with all their captions;
+  ``model.image_major_model``: the image encoder once per image), a whole number
+  of images per replica;
 * ``BackupAndRestore`` in a directory derived from the inputs, the config and
   the code (``custom_config["backup_root"]``), not from the execution's working
   directory, so a re-execution after a crash resumes where training stopped;
@@ -130,20 +132,28 @@ def _train(pipeline_config, train_files, eval_files, transform_output_dir, model
         logging.warning("Transform had no GloVe file: training the randomly initialised embedding.")
 
     strategy = make_strategy()
-    global_batch = trainer.per_replica_batch_size * strategy.num_replicas_in_sync
-    logging.info("Training on %d replica(s) %s, global batch %d, vocabulary %d ids (%d words).",
-                 strategy.num_replicas_in_sync, strategy.extended.worker_devices, global_batch,
-                 matrix.shape[0], len(words))
+    replicas = strategy.num_replicas_in_sync
+    train_images, train_most_captions = inputs.caption_counts(train_files, max_caption_length)
+    _, eval_most_captions = inputs.caption_counts(eval_files, max_caption_length)
+    captions_per_image = max(train_most_captions, eval_most_captions, 1)
+    images_per_batch = inputs.images_per_batch(trainer.per_replica_batch_size, captions_per_image,
+                                               replicas)
+    logging.info("Training on %d replica(s) %s: batches of %d images x %d caption rows, "
+                 "vocabulary %d ids (%d words).", replicas, strategy.extended.worker_devices,
+                 images_per_batch, captions_per_image, matrix.shape[0], len(words))
     # fit is told the exact steps of one pass over repeated datasets: left to find the end of
     # the data itself, the replicas raced for it, and the loss Keras reported for an epoch
     # counted the last step or not (measured: identical weights and accuracies, losses off by
     # one step's share, so EarlyStopping could restore other weights).
-    train_dataset = inputs.make_dataset(train_files, max_caption_length, global_batch, shuffle=True,
-                                        seed=trainer.seed, cache=trainer.cache_dataset, repeat=True)
-    steps_per_epoch = max(1, math.ceil(facts["train_captions"] / global_batch))
+    train_dataset = inputs.make_dataset(train_files, max_caption_length, images_per_batch,
+                                        captions_per_image, shuffle=True, seed=trainer.seed,
+                                        cache=trainer.cache_dataset, repeat=True)
+    steps_per_epoch = max(1, math.ceil(train_images / images_per_batch))
     validation_steps = inputs.count_batches(inputs.make_dataset(
-        eval_files, max_caption_length, global_batch, shuffle=False, cache=False))
-    eval_dataset = inputs.make_dataset(eval_files, max_caption_length, global_batch, shuffle=False,
+        eval_files, max_caption_length, images_per_batch, captions_per_image, shuffle=False,
+        cache=False))
+    eval_dataset = inputs.make_dataset(eval_files, max_caption_length, images_per_batch,
+                                       captions_per_image, shuffle=False,
                                        cache=trainer.cache_dataset, repeat=True)
     feature_mean, feature_variance = inputs.feature_statistics(train_files, max_caption_length)
     logging.info("Image features standardised per channel: mean %.3f, std %.3f on average over "
@@ -152,7 +162,9 @@ def _train(pipeline_config, train_files, eval_files, transform_output_dir, model
         model = model_lib.build_captioning_model(
             trainer, matrix.shape[0], matrix, fine_tune_embedding=fine_tune,
             feature_statistics=(feature_mean, feature_variance))
-        model_lib.compile_model(model, trainer, total_steps=steps_per_epoch * trainer.epochs)
+        # Trained image-major (the encoder once per image); saved and exported caption-major.
+        training_model = model_lib.image_major_model(model, captions_per_image)
+        model_lib.compile_model(training_model, trainer, total_steps=steps_per_epoch * trainer.epochs)
 
     # Keras' progress bar (epoch, step, loss, ETA) on a terminal; EpochLogger's lines otherwise.
     on_terminal = sys.stdout.isatty()
@@ -165,7 +177,7 @@ def _train(pipeline_config, train_files, eval_files, transform_output_dir, model
         EpochLogger(trainer.epochs, print_lines=not on_terminal),
         *extra_callbacks,
     ]
-    history = model.fit(train_dataset, validation_data=eval_dataset, epochs=trainer.epochs,
+    history = training_model.fit(train_dataset, validation_data=eval_dataset, epochs=trainer.epochs,
                         steps_per_epoch=steps_per_epoch, validation_steps=validation_steps,
                         callbacks=callbacks,
                         verbose=1 if on_terminal else 0)

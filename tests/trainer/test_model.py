@@ -272,3 +272,74 @@ def test_feature_statistics_cover_every_image_once_and_floor_dead_channels(tmp_p
     novel[:, :, 9] = 5.0
     assert float(np.abs(standardise(novel).numpy()[..., 9]).max()) == pytest.approx(
         5.0 / np.sqrt(floor), rel=1e-3)
+
+
+def _image_major_batch(rng, images=4, captions=3, length=8, vocabulary=50):
+    """Captions of several lengths per image; each image's last caption row is all padding."""
+    features = rng.normal(size=(images, 49, 2048)).astype(np.float32)
+    ids = rng.randint(4, vocabulary, size=(images, captions, length + 1)).astype(np.int32)
+    for image in range(images):
+        for caption in range(captions):
+            ids[image, caption, 2 + (image + caption) % (length - 1):] = 0
+    ids[:, -1] = 0
+    return features, ids[..., :-1], ids[..., 1:]
+
+
+def test_image_major_loss_and_gradients_equal_the_caption_major_ones():
+    """The same captions, once with each image's features repeated to its captions before the
+    model (caption-major) and once with the encoder's output repeated after it (image-major)."""
+    keras.utils.set_random_seed(5)
+    features, input_ids, targets = _image_major_batch(np.random.RandomState(5))
+    images, captions, time = input_ids.shape
+    model = model_lib.build_captioning_model(SMALL, 50, embedding_dim=16, fine_tune_embedding=True)
+    image_major = model_lib.image_major_model(model, captions)
+    loss = losses.MaskedCaptionLoss()
+
+    def loss_and_gradients(compute_loss):
+        with tf.GradientTape() as tape:
+            value = compute_loss()
+        return float(value), tape.gradient(value, model.trainable_variables)
+
+    caption_major_loss, caption_major_gradients = loss_and_gradients(lambda: loss(
+        targets.reshape(images * captions, time),
+        model({"image_features": np.repeat(features, captions, axis=0),
+               "input_ids": input_ids.reshape(images * captions, time)})))
+    image_major_loss, image_major_gradients = loss_and_gradients(lambda: loss(
+        targets, image_major({"image_features": features, "input_ids": input_ids})))
+    assert image_major_loss == pytest.approx(caption_major_loss, rel=1e-6)
+    assert len(image_major_gradients) == len(model.trainable_variables) > 10
+    for variable, expected, measured in zip(model.trainable_variables, caption_major_gradients,
+                                            image_major_gradients, strict=True):
+        expected = tf.convert_to_tensor(expected).numpy()
+        measured = tf.convert_to_tensor(measured).numpy()
+        assert np.abs(expected).max() > 0, variable.path
+        np.testing.assert_allclose(measured, expected, rtol=1e-4, atol=1e-6 * np.abs(expected).max(),
+                                   err_msg=variable.path)
+
+
+def test_image_major_batches_split_evenly_over_two_replicas():
+    """Batches of a multiple of the replica count in images: on 2 replicas (2 images each) the
+    image-major model gives the single-device loss and accuracy."""
+    rng = np.random.RandomState(9)
+    features, input_ids, targets = _image_major_batch(rng, images=4, captions=3)
+    from components.trainer import inputs
+
+    assert inputs.images_per_batch(16, 5, 2) == 6 and inputs.images_per_batch(3, 5, 2) == 2
+    keras.utils.set_random_seed(9)
+    single = model_lib.build_captioning_model(SMALL, 50, embedding_dim=16)
+    single_training = model_lib.image_major_model(single, 3)
+    model_lib.compile_model(single_training, SMALL, total_steps=10, learning_rate=1e-2)
+    batch = {"image_features": features, "input_ids": input_ids}
+    expected = single_training.evaluate(batch, targets, batch_size=4, verbose=0, return_dict=True)
+    strategy = tf.distribute.MirroredStrategy(
+        devices=[device.name for device in tf.config.list_logical_devices("CPU")],
+        cross_device_ops=tf.distribute.ReductionToOneDevice())
+    assert strategy.num_replicas_in_sync == 2
+    with strategy.scope():
+        mirrored = model_lib.build_captioning_model(SMALL, 50, embedding_dim=16)
+        mirrored_training = model_lib.image_major_model(mirrored, 3)
+        model_lib.compile_model(mirrored_training, SMALL, total_steps=10, learning_rate=1e-2)
+    mirrored.set_weights(single.get_weights())
+    measured = mirrored_training.evaluate(batch, targets, batch_size=4, verbose=0, return_dict=True)
+    assert measured["loss"] == pytest.approx(expected["loss"], rel=1e-4)
+    assert measured["masked_accuracy"] == pytest.approx(expected["masked_accuracy"], abs=1e-6)

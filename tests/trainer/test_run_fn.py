@@ -155,7 +155,8 @@ def test_killed_training_resumes_from_backup(transformed, tmp_path):
 
 
 def test_batches_that_do_not_split_evenly_over_the_replicas(transformed, tmp_path):
-    """5 dev captions over 2 replicas (3 + 2): every caption is still evaluated."""
+    """One dev image (5 captions) over 2 replicas: the batch is filled to 2 images, one per
+    replica, and every caption is still evaluated."""
     one_image = tmp_path / "one_dev_image.gz"
     first_record = next(iter(tf.data.TFRecordDataset(
         sorted(glob.glob(str(transformed / "Split-dev" / "*"))), compression_type="GZIP")))
@@ -163,10 +164,14 @@ def test_batches_that_do_not_split_evenly_over_the_replicas(transformed, tmp_pat
         writer.write(first_record.numpy())
     facts = json.loads(tf.io.read_file(str(
         transformed / "transform_graph" / "transform_fn" / "assets" / "caption_facts.json")).numpy())
-    batches = list(inputs.make_dataset([str(one_image)], facts["max_caption_length"], 16, shuffle=False))
-    assert len(batches) == 1 and batches[0][1].shape[0] == 16  # filled up to the global batch
-    real_captions = np.sum(np.any(batches[0][1].numpy() != 0, axis=1))
-    assert real_captions == 5 and np.all(batches[0][0]["input_ids"].numpy()[5:] == 0)
+    assert inputs.caption_counts([str(one_image)], facts["max_caption_length"]) == (1, 5)
+    batches = list(inputs.make_dataset([str(one_image)], facts["max_caption_length"], 2, 6,
+                                       shuffle=False))
+    targets = batches[0][1].numpy()
+    assert len(batches) == 1 and targets.shape == (2, 6, facts["max_caption_length"] - 1)
+    real_captions = np.any(targets != 0, axis=2)
+    assert real_captions[0, :5].all() and not real_captions[0, 5] and not real_captions[1].any()
+    assert not batches[0][0]["image_features"].numpy()[1].any()  # the filled image
     history = run_fn.train(_config(epochs=1), [str(transformed / "Split-train" / "*")],
                            [str(one_image)], str(transformed / "transform_graph"),
                            str(tmp_path / "run"), str(tmp_path / "serving"), str(tmp_path / "backup"))
