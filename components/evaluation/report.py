@@ -60,9 +60,11 @@ def attention_overlay(picture: Image.Image, weights: np.ndarray) -> Image.Image:
         (WORD_THUMBNAIL, WORD_THUMBNAIL), Image.BILINEAR)
 
 
-def _line_chart(title: str, series: dict, width: int = 420, height: int = 220) -> str:
-    """An inline SVG line chart of ``{label: values}`` over epochs."""
-    margin = 40
+def _line_chart(title: str, series: dict, width: int = 520, height: int = 220) -> str:
+    """An inline SVG line chart of ``{label: values}`` over epochs; the legend has its own
+    column right of the plot, so no curve runs under it."""
+    margin, legend_width = 40, 150
+    plot_right = width - legend_width - 10
     values = [value for points in series.values() for value in points if np.isfinite(value)]
     if not values:
         return f"<p>{html.escape(title)}: no data</p>"
@@ -72,21 +74,21 @@ def _line_chart(title: str, series: dict, width: int = 420, height: int = 220) -
     colours = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd"]
     parts = [f'<svg class="chart" width="{width}" height="{height}" role="img" '
              f'aria-label="{html.escape(title)}"><text x="{margin}" y="16">{html.escape(title)}</text>',
-             f'<line x1="{margin}" y1="{height - margin}" x2="{width - 10}" y2="{height - margin}" '
+             f'<line x1="{margin}" y1="{height - margin}" x2="{plot_right}" y2="{height - margin}" '
              'stroke="#999"/>',
              f'<line x1="{margin}" y1="24" x2="{margin}" y2="{height - margin}" stroke="#999"/>',
              f'<text x="2" y="30" font-size="11">{high:.3g}</text>',
              f'<text x="2" y="{height - margin}" font-size="11">{low:.3g}</text>',
-             f'<text x="{width - 60}" y="{height - 12}" font-size="11">epoch {epochs}</text>']
+             f'<text x="{plot_right - 50}" y="{height - 12}" font-size="11">epoch {epochs}</text>']
     for index, (label, points) in enumerate(series.items()):
         coordinates = " ".join(
-            f"{margin + (width - margin - 10) * step / max(epochs - 1, 1):.1f},"
+            f"{margin + (plot_right - margin) * step / max(epochs - 1, 1):.1f},"
             f"{24 + (height - margin - 24) * (1 - (value - low) / (high - low)):.1f}"
             for step, value in enumerate(points) if np.isfinite(value))
         colour = colours[index % len(colours)]
         parts.append(f'<polyline fill="none" stroke="{colour}" stroke-width="2" points="{coordinates}"/>')
-        parts.append(f'<text x="{width - 150}" y="{30 + 14 * index}" font-size="12" fill="{colour}">'
-                     f'{html.escape(label)}</text>')
+        parts.append(f'<text class="legend" x="{plot_right + 12}" y="{30 + 14 * index}" '
+                     f'font-size="12" fill="{colour}">{html.escape(label)}</text>')
     parts.append("</svg>")
     return "".join(parts)
 
@@ -178,6 +180,13 @@ window.addEventListener('load', () => {
   const images = Array.from(document.images);
   document.body.dataset.imagesTotal = images.length;
   document.body.dataset.imagesLoaded = images.filter(i => i.complete && i.naturalWidth > 0).length;
+  // Each chart's legend boxes as laid out (for the report test's overlap check).
+  document.querySelectorAll('svg.chart').forEach(svg => {
+    svg.dataset.legendBoxes = JSON.stringify(Array.from(svg.querySelectorAll('text.legend'), text => {
+      const box = text.getBBox();
+      return [box.x, box.y, box.x + box.width, box.y + box.height];
+    }));
+  });
 });
 </script>"""
 

@@ -4,6 +4,7 @@ report rendered in headless Chromium."""
 
 import copy
 import dataclasses
+import html
 import json
 import os
 import re
@@ -18,6 +19,7 @@ from tfx.utils import proto_utils
 from components import config as config_lib
 from components.evaluation import caption_metrics, evaluator
 from components.serving import pusher
+from tests.evaluation import test_report_charts
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 ZERO = dict.fromkeys(caption_metrics.METRIC_NAMES, 0.0)
@@ -193,6 +195,13 @@ def test_report_renders_in_headless_chromium(evaluated, tmp_path):
     assert int(loaded.group(1)) == int(total.group(1)), "some images did not decode"
     assert dom.count('<table class="metrics">') == 2 and "BLEU-4" in dom and "CIDEr" in dom
     assert dom.count('<svg class="chart"') == 2
+    # The legends as Chromium laid them out: inside the chart, crossed by no plotted line.
+    for svg in re.findall(r'<svg class="chart".*?</svg>', dom, re.DOTALL):
+        width = float(re.search(r'width="(\d+)"', svg).group(1))
+        boxes = json.loads(html.unescape(re.search(r'data-legend-boxes="([^"]*)"', svg).group(1)))
+        assert len(boxes) == len(test_report_charts.polylines(svg)) >= 2
+        assert all(right <= width for _, _, right, _ in boxes), boxes
+        assert test_report_charts.overlaps(svg, [tuple(box) for box in boxes]) == [], boxes
     screenshot = tmp_path / "report.png"
     subprocess.run([CHROMIUM, *flags, f"--screenshot={screenshot}", "--window-size=1200,2000",
                     report.as_uri()], capture_output=True, timeout=120, check=True)
