@@ -135,7 +135,7 @@ def make_dataset(file_patterns: List[str], max_caption_length: int, images_per_b
 
     ``captions_per_image``: at least the most captions any image has (``caption_counts``).
     ``repeat``: pass after pass without end, each pass ending in its own filled batch, for a
-    ``fit`` told the exact steps of one pass (see ``count_batches``).
+    ``fit`` told the exact steps of one pass (``ceil(images / images_per_batch)``).
     """
     files = _files(file_patterns)
     compression = "GZIP" if all(path.endswith(".gz") for path in files) else ""
@@ -153,8 +153,3 @@ def make_dataset(file_patterns: List[str], max_caption_length: int, images_per_b
                .map(_fill_batch(images_per_batch), num_parallel_calls=tf.data.AUTOTUNE)
                .map(_to_model_inputs, num_parallel_calls=tf.data.AUTOTUNE))
     return (batches.repeat() if repeat else batches).prefetch(tf.data.AUTOTUNE)
-
-
-def count_batches(dataset: tf.data.Dataset) -> int:
-    """The batches of one pass over a finite ``make_dataset`` (one read of its records)."""
-    return int(dataset.reduce(tf.constant(0, tf.int64), lambda count, _: count + 1))

@@ -134,7 +134,7 @@ def _train(pipeline_config, train_files, eval_files, transform_output_dir, model
     strategy = make_strategy()
     replicas = strategy.num_replicas_in_sync
     train_images, train_most_captions = inputs.caption_counts(train_files, max_caption_length)
-    _, eval_most_captions = inputs.caption_counts(eval_files, max_caption_length)
+    eval_images, eval_most_captions = inputs.caption_counts(eval_files, max_caption_length)
     captions_per_image = max(train_most_captions, eval_most_captions, 1)
     images_per_batch = inputs.images_per_batch(trainer.per_replica_batch_size, captions_per_image,
                                                replicas)
@@ -149,9 +149,7 @@ def _train(pipeline_config, train_files, eval_files, transform_output_dir, model
                                         captions_per_image, shuffle=True, seed=trainer.seed,
                                         cache=trainer.cache_dataset, repeat=True)
     steps_per_epoch = max(1, math.ceil(train_images / images_per_batch))
-    validation_steps = inputs.count_batches(inputs.make_dataset(
-        eval_files, max_caption_length, images_per_batch, captions_per_image, shuffle=False,
-        cache=False))
+    validation_steps = max(1, math.ceil(eval_images / images_per_batch))
     eval_dataset = inputs.make_dataset(eval_files, max_caption_length, images_per_batch,
                                        captions_per_image, shuffle=False,
                                        cache=trainer.cache_dataset, repeat=True)

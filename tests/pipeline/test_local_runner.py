@@ -61,6 +61,16 @@ def _node_lines(printed):
     return re.findall(r"^  (\w+) +(ran|cached) +[0-9.]+ s$", printed, re.MULTILINE)
 
 
+def _assert_first_run_console(printed, output_dir):
+    """The log's path, a line per node, the summary; TFX's INFO lines only in the log file."""
+    log_path = re.search(r"^Log: (\S+\.log)$", printed, re.MULTILINE).group(1)
+    assert os.path.dirname(log_path) == str(output_dir / "logs")
+    assert _node_lines(printed) == [(name, "ran") for name in COMPONENTS]
+    assert len(printed.splitlines()) <= 120 and "INFO:absl" not in printed, printed[:2000]
+    with open(log_path, encoding="utf-8") as log:
+        assert "Component Trainer is running." in log.read()
+
+
 def _run(argv, output_dir):
     """Runs the pipeline; returns {component: state} of the executions this run added."""
     before = len(_executions(output_dir)) if (output_dir / "metadata").exists() else 0
@@ -87,13 +97,7 @@ def test_pipeline_caches_resumes_after_a_failure_and_matches_the_standalone_job(
     first = _run(argv, tmp_path)
     assert first == dict.fromkeys(COMPONENTS, "COMPLETE")
     printed = capsys.readouterr().out
-    # The console: the log's path, a line per node, the summary; TFX's INFO lines only in the log.
-    log_path = re.search(r"^Log: (\S+\.log)$", printed, re.MULTILINE).group(1)
-    assert os.path.dirname(log_path) == str(tmp_path / "logs")
-    assert _node_lines(printed) == [(name, "ran") for name in COMPONENTS]
-    assert len(printed.splitlines()) <= 120 and "INFO:absl" not in printed, printed[:2000]
-    with open(log_path, encoding="utf-8") as log:
-        assert "Component Trainer is running." in log.read()
+    _assert_first_run_console(printed, tmp_path)
     assert "pairs read 100 = accepted 100 + rejected 0" in printed
     assert "Transform graph: " in printed and "vocabulary: " in printed
     assert "Trained model: " in printed and "dev loss" in printed
@@ -219,13 +223,7 @@ def test_demo_pipeline_learns_is_blessed_pushed_and_reported(tmp_path, capsys):
     first = _run(argv, tmp_path)
     assert first == dict.fromkeys(COMPONENTS, "COMPLETE")
     printed = capsys.readouterr().out
-    # The console: the log's path, a line per node, the summary; TFX's INFO lines only in the log.
-    log_path = re.search(r"^Log: (\S+\.log)$", printed, re.MULTILINE).group(1)
-    assert os.path.dirname(log_path) == str(tmp_path / "logs")
-    assert _node_lines(printed) == [(name, "ran") for name in COMPONENTS]
-    assert len(printed.splitlines()) <= 120 and "INFO:absl" not in printed, printed[:2000]
-    with open(log_path, encoding="utf-8") as log:
-        assert "Component Trainer is running." in log.read()
+    _assert_first_run_console(printed, tmp_path)
     assert "pairs read 1500 = accepted 1500 + rejected 0" in printed
     evaluation_uri = local_runner.latest_artifact_uri(str(tmp_path), "ModelEvaluation", "CaptionEvaluator")
     document = json.loads(open(os.path.join(evaluation_uri, evaluator.METRICS_FILE)).read())

@@ -10,7 +10,7 @@ import tensorflow as tf
 
 from components import config as config_lib
 from components import example_format
-from components.trainer import losses
+from components.trainer import losses, run_fn
 from components.trainer import model as model_lib
 
 SMALL = config_lib.TrainerConfig(image_dense_units=(64, 32), lstm_units=32, second_lstm_units=16,
@@ -199,9 +199,7 @@ def test_loss_under_two_replicas_is_the_single_device_loss():
     model_lib.compile_model(single, SMALL, total_steps=10)
     inputs = {"image_features": features, "input_ids": input_ids}
     expected = single.evaluate(inputs, targets, batch_size=8, verbose=0, return_dict=True)["loss"]
-    strategy = tf.distribute.MirroredStrategy(
-        devices=[device.name for device in tf.config.list_logical_devices("CPU")],
-        cross_device_ops=tf.distribute.ReductionToOneDevice())
+    strategy = run_fn.make_strategy()  # the Trainer's: the tests' 2 logical CPU devices
     assert strategy.num_replicas_in_sync == 2
     with strategy.scope():
         mirrored = model_lib.build_captioning_model(SMALL, 50, embedding_dim=16)
@@ -331,9 +329,7 @@ def test_image_major_batches_split_evenly_over_two_replicas():
     model_lib.compile_model(single_training, SMALL, total_steps=10, learning_rate=1e-2)
     batch = {"image_features": features, "input_ids": input_ids}
     expected = single_training.evaluate(batch, targets, batch_size=4, verbose=0, return_dict=True)
-    strategy = tf.distribute.MirroredStrategy(
-        devices=[device.name for device in tf.config.list_logical_devices("CPU")],
-        cross_device_ops=tf.distribute.ReductionToOneDevice())
+    strategy = run_fn.make_strategy()  # the Trainer's: the tests' 2 logical CPU devices
     assert strategy.num_replicas_in_sync == 2
     with strategy.scope():
         mirrored = model_lib.build_captioning_model(SMALL, 50, embedding_dim=16)
