@@ -24,7 +24,7 @@ import re
 import typing
 from typing import Any, Mapping
 
-from components import example_format
+from components import cpu_bfloat16, example_format
 
 # Where the Keras application weights are looked up; "random" never touches disk.
 RESNET_WEIGHTS_RANDOM = "random"
@@ -35,6 +35,7 @@ CAPTION_METRIC_NAMES = ("BLEU-1", "BLEU-2", "BLEU-3", "BLEU-4", "METEOR", "ROUGE
 # needs ceil(image_size / 32) == 7, and the features are stored as float16.
 RESNET_GRID_IMAGE_SIZES = range(193, 225)
 FEATURE_DTYPES = (example_format.FEATURE_DTYPE,)
+BFLOAT16_MODES = cpu_bfloat16.MODES
 # Images with more pixels are rejected (decompression bombs): ~2x the largest consumer photos;
 # Flickr8k images are ~0.19 MP.
 DEFAULT_MAX_IMAGE_PIXELS = 40_000_000
@@ -100,6 +101,9 @@ class FeaturesConfig:
     max_image_bytes: int = 50_000_000
     inference_batch_size: int = 16
     feature_dtype: str = "float16"
+    # oneDNN's bfloat16 rewrite of ResNet50 (components.cpu_bfloat16): "auto" (on where the CPU
+    # has native bfloat16), "on", "off". See README "Speed" for what it gains and changes.
+    onednn_bfloat16: str = "off"
     # GZIP saves ~22% of disk on float16 features but costs ~18 ms of one core per
     # image, about 20% of ingestion throughput on 2 cores (see make bench).
     compress_examples: bool = False
@@ -145,6 +149,9 @@ class TrainerConfig:
     early_stopping_patience: int = 5
     cache_dataset: bool = True  # parsed images in memory: ~200 KB each
     mixed_precision: bool = False
+    # oneDNN's bfloat16 rewrite of the train step (components.cpu_bfloat16): "auto" (on where the
+    # CPU has native bfloat16), "on", "off". Variables, the loss and the exported model stay float32.
+    onednn_bfloat16: str = "auto"
     seed: int = 42
     # Op determinism while training (restored after): same config + same data give bit-identical
     # weights on CPU; slower. On GPU some kernels have no deterministic version (README "Trainer").
@@ -353,6 +360,7 @@ _SECTION_RULES = {
         ("inference_batch_size", _at_least(1), "must be >= 1"),
         ("feature_dtype", lambda value: value in FEATURE_DTYPES,
          f"must be one of {list(FEATURE_DTYPES)} (the schema and the Trainer read float16)"),
+        ("onednn_bfloat16", lambda value: value in BFLOAT16_MODES, f"must be one of {list(BFLOAT16_MODES)}"),
     ]),
     "transform": _rules("transform", [
         ("glove_zip_member", _non_empty, "must name the GloVe file inside a zip"),
@@ -379,6 +387,7 @@ _SECTION_RULES = {
         ("warmup_steps", _at_least(0), "must be >= 0"),
         ("clipnorm", _positive, "must be finite and > 0"),
         ("early_stopping_patience", _at_least(0), "must be >= 0"),
+        ("onednn_bfloat16", lambda value: value in BFLOAT16_MODES, f"must be one of {list(BFLOAT16_MODES)}"),
         ("seed", _at_least(0), "must be >= 0"),
     ]),
     "export": _rules("export", [

@@ -9,7 +9,7 @@ import pytest
 from tests.paths import REPO_ROOT
 
 BOTTOM = ("components.config", "components.example_format", "components.caption_text",
-          "components.image_graph", "components.resnet_features")
+          "components.image_graph", "components.resnet_features", "components.cpu_bfloat16")
 STAGES = ("ingestion", "transform", "trainer", "evaluation", "serving")
 
 

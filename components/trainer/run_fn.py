@@ -38,7 +38,7 @@ import tensorflow_transform as tft
 from absl import logging
 
 from components import config as config_lib
-from components import example_format
+from components import cpu_bfloat16, example_format
 from components.trainer import export, inputs
 from components.trainer import model as model_lib
 from components.transform import preprocessing
@@ -175,10 +175,13 @@ def _train(pipeline_config, train_files, eval_files, transform_output_dir, model
         EpochLogger(trainer.epochs, print_lines=not on_terminal),
         *extra_callbacks,
     ]
-    history = training_model.fit(train_dataset, validation_data=eval_dataset, epochs=trainer.epochs,
-                        steps_per_epoch=steps_per_epoch, validation_steps=validation_steps,
-                        callbacks=callbacks,
-                        verbose=1 if on_terminal else 0)
+    bfloat16 = cpu_bfloat16.resolve(trainer.onednn_bfloat16)
+    logging.info("oneDNN bfloat16 rewrite of the train step: %s (trainer.onednn_bfloat16=%s).",
+                 "on" if bfloat16 else "off", trainer.onednn_bfloat16)
+    with cpu_bfloat16.rewrite(bfloat16):
+        history = training_model.fit(train_dataset, validation_data=eval_dataset, epochs=trainer.epochs,
+                                     steps_per_epoch=steps_per_epoch, validation_steps=validation_steps,
+                                     callbacks=callbacks, verbose=1 if on_terminal else 0)
     losses = history.history.get("loss", [])
     if not losses or not np.all(np.isfinite(losses)):
         raise NonFiniteLossError(f"Training stopped on a non-finite loss; losses per epoch: {losses}")

@@ -36,6 +36,33 @@ def test_demo_data_generated_once(tmp_path):
     assert os.path.getmtime(token_path) == first_mtime
 
 
+
+def test_small_datasets_run_beam_in_process_large_ones_on_every_core(tmp_path, monkeypatch):
+    """In-process below the measured break-even (make bench: ~775 images on 2 cores), one
+    worker per core above it, COCO's sub-folders counted; an explicit worker count wins."""
+    from components import config as config_lib
+
+    monkeypatch.setattr(os, "cpu_count", lambda: 4)
+    image_dir = tmp_path / "Flicker8k_Dataset"
+    for folder, count in (("train2014", 500), ("val2014", 400)):
+        (image_dir / folder).mkdir(parents=True)
+        for number in range(count):
+            (image_dir / folder / f"{number}.jpg").touch()
+    data = config_lib.DataConfig(data_dir=str(tmp_path))
+    assert local_runner.count_image_files(data) >= local_runner.IN_PROCESS_BELOW_IMAGES
+    assert local_runner.count_image_files(data, stop_at=10**6) == 900
+    assert local_runner.count_image_files(config_lib.DataConfig(data_dir=str(tmp_path / "none"))) is None
+
+    runtime = config_lib.RuntimeConfig()
+    large = local_runner.beam_flag_values(runtime, local_runner.count_image_files(data))
+    assert (large["direct_running_mode"], large["direct_num_workers"]) == ("multi_processing", "4")
+    small = local_runner.beam_flag_values(runtime, 300)
+    assert (small["direct_running_mode"], small["direct_num_workers"]) == ("in_memory", "1")
+    unknown = local_runner.beam_flag_values(runtime, None)
+    assert unknown["direct_running_mode"] == "multi_processing"
+    forced = local_runner.beam_flag_values(config_lib.RuntimeConfig(direct_num_workers=2), 300)
+    assert (forced["direct_running_mode"], forced["direct_num_workers"]) == ("multi_processing", "2")
+
 COMPONENTS = ["Flickr8kExampleGen", "ImportSchemaGen", "latest_blessed_model_resolver", "StatisticsGen",
               "ExampleValidator", "ExampleValidationGate", "Transform", "Trainer", "CaptionEvaluator",
               "Pusher"]
