@@ -70,8 +70,10 @@ BEAM_FLAG_ENVIRONMENT = {
 
 
 # Below this many images one in-process worker finishes a Beam job sooner than one worker per
-# core: on 2 cores (make bench, ingestion of real-size photos) in-process runs 18.5 images/s
-# after 8.7 s of start-up, 2 worker processes 21.2 images/s after 14.1 s, equal at ~775 images.
+# core. On 2 cores (make bench, ingestion of real-size photos) the break-even moved between ~780
+# images (in-process 18.5 images/s after 8.7 s of start-up, 2 workers 21.2 after 14.1 s) and
+# ~2,200 (21.2 after 7.3 s, 22.1 after 11.3 s) in two runs; the demo (300) and Flickr8k (8,091)
+# fall on the same side in both.
 IN_PROCESS_BELOW_IMAGES = 800
 
 

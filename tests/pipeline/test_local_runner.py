@@ -38,7 +38,7 @@ def test_demo_data_generated_once(tmp_path):
 
 
 def test_small_datasets_run_beam_in_process_large_ones_on_every_core(tmp_path, monkeypatch):
-    """In-process below the measured break-even (make bench: ~775 images on 2 cores), one
+    """In-process below the measured break-even (make bench: ~780-2,200 images on 2 cores), one
     worker per core above it, COCO's sub-folders counted; an explicit worker count wins."""
     from components import config as config_lib
 
