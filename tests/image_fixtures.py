@@ -25,6 +25,7 @@ def bad_files() -> dict:
         "empty.jpg": (b"", "empty_image"),
         "text.jpg": (b"this is not a picture\n" * 20, "unsupported_format"),
         "truncated.jpg": (good[: len(good) // 2], "corrupt_image"),
+        "header_only.jpg": (good[:30], "corrupt_header"),  # JPEG magic, no frame header yet
         "huge.jpg": (picture(size=(700, 600)), "too_many_pixels"),  # with a 400,000-pixel limit
         # Formats Pillow reads and the serving graph does not: never trained on.
         "tiff.jpg": (picture(image_format="TIFF"), "unsupported_format"),

@@ -32,13 +32,24 @@ class DecodedImage:
     tokens: List[int]  # the generated ids, 0-padded after <end>
 
 
+def _quietly(dataset: tf.data.Dataset) -> Iterator[tf.Tensor]:
+    """The dataset's elements; an eager ``for`` loop over it ends in an end-of-sequence error
+    that TensorFlow logs as a rendezvous warning each time, this does not."""
+    iterator = iter(dataset)
+    while True:
+        element = iterator.get_next_as_optional()
+        if not element.has_value():
+            return
+        yield element.get_value()
+
+
 def split_records(examples_dir: str, split: str) -> Iterator[Record]:
     paths = sorted(glob.glob(os.path.join(example_format.split_dir(examples_dir, split), "*")))
     if not paths:
         raise FileNotFoundError(f"No examples of split {split!r} under {examples_dir}.")
     for path in paths:
         compression = "GZIP" if path.endswith(".gz") else ""
-        for serialized in tf.data.TFRecordDataset(path, compression_type=compression):
+        for serialized in _quietly(tf.data.TFRecordDataset(path, compression_type=compression)):
             feature = tf.train.Example.FromString(serialized.numpy()).features.feature
             features = np.frombuffer(
                 feature[example_format.IMAGE_FEATURES].bytes_list.value[0], "<f2").reshape(

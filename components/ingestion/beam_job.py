@@ -40,7 +40,7 @@ from apache_beam.ml.inference.base import KeyedModelHandler, ModelHandler, RunIn
 
 from components import config as config_lib
 from components import cpu_bfloat16, example_format
-from components.ingestion import flickr8k, image_files, karpathy
+from components.ingestion import flickr8k, image_files, karpathy, progress
 
 METRICS_NAMESPACE = "flickr8k_ingestion"
 STAGE_READER = "reader"
@@ -108,9 +108,17 @@ class ReadImageFile(beam.DoFn):
     def __init__(self, image_dir: str, features: config_lib.FeaturesConfig):
         self._image_dir = image_dir
         self._features = features
+        self._progress = None
+
+    def setup(self):
+        self._progress = progress.ImageCounter()
+
+    def finish_bundle(self):
+        self._progress.flush()
 
     def process(self, meta: ImageMeta):
         if not karpathy.is_image_path(meta.image_id):  # the readers' own rule, checked again
+            self._progress.add()
             yield from _reject(self.REJECTS, STAGE_READ, flickr8k.RejectReason.UNSAFE_IMAGE_NAME.value,
                                f"{meta.image_id!r} is not a plain file name", meta)
             return
@@ -118,6 +126,7 @@ class ReadImageFile(beam.DoFn):
             image_bytes = image_files.read_image_file(self._image_dir, meta.image_id,
                                                       self._features.max_image_bytes)
         except image_files.FileRejected as rejected:
+            self._progress.add()
             yield from _reject(self.REJECTS, STAGE_READ, rejected.reason, rejected.detail, meta)
             return
         beam.metrics.Metrics.counter(METRICS_NAMESPACE, "images_read").inc()
@@ -192,11 +201,19 @@ class ToExample(beam.DoFn):
 
     def __init__(self, feature_dtype: str):
         self._feature_dtype = feature_dtype
+        self._progress = None
+
+    def setup(self):
+        self._progress = progress.ImageCounter()
+
+    def finish_bundle(self):
+        self._progress.flush()
 
     def process(self, keyed_features: Tuple[ImageMeta, Tuple[np.ndarray, str]]):
         import tensorflow as tf
 
         meta, (image_features, error) = keyed_features
+        self._progress.add()  # read and through ResNet50: finished, whatever comes next
         if error:
             reason, _, detail = error.partition(": ")
             yield from _reject(self.REJECTS, STAGE_DECODE, reason, detail, meta)
@@ -248,6 +265,7 @@ def IngestFlickr8k(pipeline: beam.Pipeline, index: flickr8k.Flickr8kIndex, image
         ImageMeta(record.image_id, record.split,
                   tuple((caption.index, caption.text) for caption in record.captions))
         for record in index.records()]
+    progress.write_total(len(image_metas))
 
     read = (
         pipeline

@@ -14,10 +14,22 @@ typed rejects), the same safe file reading and the serving graph's decoding
 rule (``components.image_graph``); every reader or image reject is
 logged with its reason and counted in the dataset description's
 ``rejects.json`` beside the prepared data, never dropped silently.
+
+The pipeline's ``data`` and ``features`` config slices apply as they do to the
+Beam job: ``data.format`` (``flickr8k`` or ``karpathy``, e.g. Flickr30k or COCO
+with Karpathy's split file), the caption limits and the file-size and pixel
+limits. Pass them as builder arguments::
+
+    tfds.load("flickr8k", builder_kwargs={"data": config_lib.DataConfig(
+        format="karpathy", captions_file="dataset_coco.json", image_dir_name="")}, ...)
+
+They are not part of the dataset's version: prepare into a new ``data_dir``
+when they change.
 """
 
 import json
 import os
+from typing import Optional
 
 import numpy as np
 import tensorflow as tf
@@ -59,8 +71,17 @@ class Flickr8k(tfds.core.GeneratorBasedBuilder):
       manual_dir/Flickr8k_text/Flickr_8k.devImages.txt
       manual_dir/Flickr8k_text/Flickr_8k.testImages.txt
 
-    `make demo-data` writes a synthetic dataset in the same layout.
+    `make demo-data` writes a synthetic dataset in the same layout. Karpathy split
+    files (builder argument `data=DataConfig(format="karpathy", ...)`) name their
+    own images under `manual_dir/<data.image_dir_name>/`.
     """
+
+    def __init__(self, *, data: Optional[config_lib.DataConfig] = None,
+                 features: Optional[config_lib.FeaturesConfig] = None, **kwargs):
+        self._data = data or config_lib.DataConfig()
+        self._features = features or config_lib.FeaturesConfig()
+        config_lib.PipelineConfig(data=self._data, features=self._features).validate()
+        super().__init__(**kwargs)
 
     def _info(self) -> tfds.core.DatasetInfo:
         return tfds.core.DatasetInfo(
@@ -76,9 +97,15 @@ class Flickr8k(tfds.core.GeneratorBasedBuilder):
         )
 
     def _split_generators(self, dl_manager: tfds.download.DownloadManager):
+        from components.ingestion import beam_job
+
         data_dir = os.fspath(dl_manager.manual_dir)
-        image_dir = os.path.join(data_dir, "Flicker8k_Dataset")
-        index = flickr8k.read_flickr8k(data_dir, image_dir=image_dir)
+        image_dir = os.path.join(data_dir, self._data.image_dir_name)
+        if not os.path.isdir(image_dir):
+            raise flickr8k.Flickr8kLayoutError(
+                f"No image folder {image_dir}: place the dataset in manual_dir as described.\n"
+                f"{self.MANUAL_DOWNLOAD_INSTRUCTIONS}")
+        index = beam_job.read_index(data_dir, self._data)
         self._rejects = [reject.to_dict() for reject in index.rejects]
         for reason, count in sorted(index.reject_counts().items()):
             logging.warning("flickr8k: %d text-file lines rejected: %s", count, reason)
@@ -86,7 +113,7 @@ class Flickr8k(tfds.core.GeneratorBasedBuilder):
                 for split in example_format.SPLITS}
 
     def _generate_examples(self, records, image_dir):
-        features = config_lib.FeaturesConfig()
+        features = self._features
         for record in records:
             try:
                 pixels = _read_and_decode(image_dir, record.image_id, features)

@@ -20,7 +20,6 @@ batch of 5 captions over 2 replicas failed in Keras' first symbolic step).
 
 from typing import List, Tuple
 
-import keras
 import numpy as np
 import tensorflow as tf
 
@@ -67,12 +66,21 @@ def feature_statistics(file_patterns: List[str], max_caption_length: int,
         tf.data.TFRecordDataset(files, compression_type=compression,
                                 num_parallel_reads=tf.data.AUTOTUNE)
         .map(lambda serialized: tf.cast(parse_image_example(serialized, max_caption_length)[0],
-                                        tf.float32), num_parallel_calls=tf.data.AUTOTUNE)
+                                        tf.float64), num_parallel_calls=tf.data.AUTOTUNE)
         .batch(batch_size))
-    normalization = keras.layers.Normalization(axis=-1)
-    normalization.adapt(image_features)
-    mean = np.asarray(keras.ops.convert_to_numpy(normalization.adapt_mean), np.float32)
-    variance = np.asarray(keras.ops.convert_to_numpy(normalization.adapt_variance), np.float64)
+    # Sums in float64 in one graph-side reduce (Keras' Normalization.adapt iterates eagerly,
+    # and every eager pass to the end logs an end-of-sequence rendezvous warning).
+    zeros = tf.zeros([example_format.FEATURE_DEPTH], tf.float64)
+    count, total, total_squares = image_features.reduce(
+        (tf.constant(0.0, tf.float64), zeros, zeros),
+        lambda state, batch: (
+            state[0] + tf.cast(tf.shape(batch)[0] * tf.shape(batch)[1], tf.float64),
+            state[1] + tf.reduce_sum(batch, axis=[0, 1]),
+            state[2] + tf.reduce_sum(tf.square(batch), axis=[0, 1])))
+    count = max(float(count), 1.0)
+    mean64 = total.numpy() / count
+    variance = np.maximum(total_squares.numpy() / count - np.square(mean64), 0.0)
+    mean = mean64.astype(np.float32)
     if not (np.all(np.isfinite(mean)) and np.all(np.isfinite(variance))):
         raise ValueError(f"Non-finite image features in {file_patterns}: cannot standardise them.")
     floor = max(VARIANCE_FLOOR_FRACTION * float(variance.mean()), 1e-6)

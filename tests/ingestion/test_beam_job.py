@@ -97,6 +97,37 @@ def bad_input_run(bad_input_layout, tmp_path_factory):
     return output_dir, summary
 
 
+def _images_the_job_handles(data_dir):
+    return sum(1 for _ in beam_job.read_index(data_dir, config_lib.DataConfig()).records())
+
+
+@pytest.mark.parametrize("beam_args", [[], ["--direct_running_mode=multi_processing",
+                                            "--direct_num_workers=2"]],
+                         ids=["in_process", "two_worker_processes"])
+def test_progress_files_count_every_image_once_across_workers(bad_input_layout, tmp_path,
+                                                              monkeypatch, beam_args):
+    """What the console's progress display reads: the job's total, and every image it handles
+    (read rejects, decode rejects, examples) counted exactly once, also from worker processes
+    (which inherit the folder through the environment)."""
+    from apache_beam.options.pipeline_options import PipelineOptions
+
+    from components.ingestion import progress
+
+    data_dir, _ = bad_input_layout
+    progress_dir = tmp_path / "progress"
+    monkeypatch.setenv(progress.PROGRESS_DIR_ENV, str(progress_dir))
+    assert progress.read(str(progress_dir)) == (0, None)
+    beam_job.run_ingestion(beam.Pipeline(runner="DirectRunner", options=PipelineOptions(beam_args)),
+                           _config(data_dir, max_image_pixels=400_000), str(tmp_path / "out"))
+    handled = _images_the_job_handles(data_dir)
+    assert handled >= 15
+    assert progress.read(str(progress_dir)) == (handled, handled)
+    if beam_args:
+        writers = {name.split("-", 1)[0] for name in os.listdir(progress_dir)
+                   if name.endswith(progress.COUNT_SUFFIX)}
+        assert str(os.getpid()) not in writers  # counted in the workers, not here
+
+
 def test_bad_inputs_become_counted_rejects_with_reasons(bad_input_run):
     output_dir, summary = bad_input_run
     pairs_read = (3 * 5) + 2 * (len(image_fixtures.bad_files()) +

@@ -1,7 +1,9 @@
-"""Tests of the run's console: per-node lines, the log file, the failure paragraph."""
+"""Tests of the run's console: per-node lines, progress, the log file, the failure paragraph."""
 
 import io
 import os
+import re
+import time
 
 from absl import logging
 
@@ -53,3 +55,66 @@ def test_failure_paragraph_is_one_line_of_error_and_the_log_path():
     assert paragraph[1] == "The full log, with the traceback: /out/logs/run.log"
     assert console.failure_paragraph(OSError("no disk"), None, "l").startswith(
         "FAILED before any pipeline node ran: OSError: no disk")
+
+
+def _write_progress(directory, counts, total):
+    """Progress as two worker processes' DoFn instances and the job would leave it."""
+    from components.ingestion import progress
+
+    os.makedirs(directory, exist_ok=True)
+    with open(os.path.join(directory, progress.TOTAL_FILE), "w") as stream:
+        stream.write(str(total))
+    for worker, count in enumerate(counts):
+        with open(os.path.join(directory, f"{1000 + worker}-abc{progress.COUNT_SUFFIX}"), "w") as stream:
+            stream.write(str(count))
+
+
+def _wait_for(condition, timeout_s=10.0):
+    deadline = time.monotonic() + timeout_s
+    while not condition() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    return condition()
+
+
+def test_progress_off_a_terminal_is_plain_lines_of_images_done_rate_and_time_left(tmp_path):
+    printed = io.StringIO()
+    directory = str(tmp_path / "progress")
+    display = console.ProgressDisplay(printed, directory, "Flickr8kExampleGen", on_terminal=False,
+                                      plain_every_s=0.05, poll_s=0.01).start()
+    try:
+        time.sleep(0.1)
+        assert printed.getvalue() == ""  # nothing before the job writes its total
+        _write_progress(directory, [40, 0], 300)
+        time.sleep(0.2)
+        _write_progress(directory, [60, 60], 300)
+        assert _wait_for(lambda: "120/300 images (40%)" in printed.getvalue())
+    finally:
+        display.stop()
+    last = printed.getvalue().splitlines()[-1]
+    assert re.fullmatch(r"    Flickr8kExampleGen: 120/300 images \(40%\), [0-9.]+ images/s, about \d+ s left",
+                        last), last
+    assert float(last.split(", ")[1].split()[0]) > 0  # measured from the first count seen
+
+
+def test_progress_on_a_terminal_is_a_tqdm_bar_that_the_node_line_replaces(tmp_path):
+    class Terminal(io.StringIO):
+        def isatty(self):
+            return True
+
+    printed = Terminal()
+    directory = str(tmp_path / "progress")
+    lines = console.NodeLines(printed, directory)
+    logging.set_verbosity(logging.INFO)
+    logging.get_absl_logger().addHandler(lines)
+    try:
+        logging.info("Component %s is running.", "Flickr8kExampleGen")
+        _write_progress(directory, [7, 5], 20)
+        assert _wait_for(lambda: "12/20" in printed.getvalue())
+        logging.info("Component %s is finished.", "Flickr8kExampleGen")
+    finally:
+        logging.get_absl_logger().removeHandler(lines)
+        lines.close()
+    bar, node_line = printed.getvalue().rsplit("\r", 1)[0], printed.getvalue().splitlines()[-1]
+    assert "Flickr8kExampleGen" in bar and "images/s" in bar and "\r" in bar  # redrawn in place
+    assert node_line.split()[:2] == ["Flickr8kExampleGen", "ran"]
+    assert not os.path.exists(directory)  # the next node starts with no counts

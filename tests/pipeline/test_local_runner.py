@@ -148,13 +148,21 @@ def test_pipeline_caches_resumes_after_a_failure_and_matches_the_standalone_job(
     other_runtime.pop("latest_blessed_model_resolver")
     assert set(other_runtime.values()) == {"CACHED"}, other_runtime
 
-    # An evaluation-only setting: the evaluator and the Pusher re-run, nothing before them
+    # One field of each section in turn (the others as in the first run): exactly the stages
+    # that read it and what follows them execute, counted in ML Metadata
     # (tests/pipeline/test_pipeline.py shows which exec properties each field reaches).
-    changed_evaluation = _run(argv + ["--set", "evaluation.beam_width=2"], tmp_path)
-    changed_evaluation.pop("latest_blessed_model_resolver")
-    assert {name for name, state in changed_evaluation.items() if state == "COMPLETE"} == {
-        "CaptionEvaluator", "Pusher"}
-    assert set(changed_evaluation.values()) == {"CACHED", "COMPLETE"}
+    after_transform = ["Trainer", "CaptionEvaluator", "Pusher"]
+    for field, executed in [
+            ("evaluation.beam_width=2", ["CaptionEvaluator", "Pusher"]),
+            ("trainer.epochs=3", after_transform),
+            ("export.beam_length_alpha=0.6", after_transform),
+            ("transform.vocab_frequency_threshold=2", ["Transform", *after_transform]),
+            ("features.max_image_pixels=30000000",
+             [name for name in COMPONENTS if name != "ImportSchemaGen"])]:
+        changed = _run(argv + ["--set", field], tmp_path)
+        changed.pop("latest_blessed_model_resolver")
+        assert {name for name, state in changed.items() if state == "COMPLETE"} == set(executed), field
+        assert set(changed.values()) <= {"CACHED", "COMPLETE"} and len(changed) == len(COMPONENTS) - 1
 
     # Changed preprocessing code (its digest): Transform and everything after it re-run.
     real_fingerprints = fingerprints.pipeline_code_fingerprints
