@@ -68,6 +68,14 @@ COMPONENTS = ["Flickr8kExampleGen", "ImportSchemaGen", "latest_blessed_model_res
               "Pusher"]
 
 
+def _live_models(output_dir):
+    """How many Model artifacts ML Metadata holds as LIVE (published by a finished Trainer)."""
+    from ml_metadata.proto import metadata_store_pb2
+
+    models = local_runner.read_metadata_store(str(output_dir)).get_artifacts_by_type("Model")
+    return sum(model.state == metadata_store_pb2.Artifact.LIVE for model in models)
+
+
 def _executions(output_dir):
     """(node id, state) of every execution, oldest first; the node id is TFX's component id."""
     from ml_metadata.proto import metadata_store_pb2
@@ -110,8 +118,6 @@ def test_pipeline_caches_resumes_after_a_failure_and_matches_the_standalone_job(
         tmp_path, capsys, monkeypatch):
     """20 demo images, 2 epochs. A BLEU-4 threshold of 1.0 (every dev caption perfect) keeps the
     model unblessed whatever the seed and the CPU's kernels make of its training."""
-    from ml_metadata.proto import metadata_store_pb2
-
     from components.ingestion import example_gen
     from components.trainer import inputs
     from pipeline import fingerprints
@@ -196,9 +202,7 @@ def test_pipeline_caches_resumes_after_a_failure_and_matches_the_standalone_job(
     # Not run_fn itself: TFX reloads the run_fn module before calling it.
     monkeypatch.setattr(inputs, "make_dataset", failing_dataset)
     executions_before = len(_executions(tmp_path))
-    live_models_before = sum(
-        model.state == metadata_store_pb2.Artifact.LIVE
-        for model in local_runner.read_metadata_store(str(tmp_path)).get_artifacts_by_type("Model"))
+    live_models_before = _live_models(tmp_path)
     capsys.readouterr()
     assert local_runner.main(argv) == 1
     printed = capsys.readouterr().out
@@ -211,8 +215,7 @@ def test_pipeline_caches_resumes_after_a_failure_and_matches_the_standalone_job(
     assert failed["Flickr8kExampleGen"] == "COMPLETE" and failed["Trainer"] == "FAILED"
     assert "CaptionEvaluator" not in failed and "Pusher" not in failed
     # The failed execution published no model: the LIVE ones are those of the earlier runs.
-    models = local_runner.read_metadata_store(str(tmp_path)).get_artifacts_by_type("Model")
-    assert sum(model.state == metadata_store_pb2.Artifact.LIVE for model in models) == live_models_before
+    assert _live_models(tmp_path) == live_models_before
     assert live_models_before >= 6  # runs 1, trainer, export, transform, features, code edit
     monkeypatch.undo()
 
