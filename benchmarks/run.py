@@ -61,7 +61,7 @@ def main(argv=None) -> int:
     parser.add_argument("--data_dir", default=SAMPLE_TEXT_DIR,
                         help="Flickr8k layout whose text files the reader benchmark reads")
     parser.add_argument("--only", action="append", default=[],
-                        choices=("reader", "ingestion", "vocabulary", "trainer", "export"),
+                        choices=("reader", "dataset_scale", "ingestion", "vocabulary", "trainer", "export"),
                         help="run only these benchmarks (repeatable)")
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)
     results = []
@@ -78,6 +78,10 @@ def main(argv=None) -> int:
         print(f"reader, vocabulary and export benchmarks skipped: no Flickr8k text files at {args.data_dir}")
     if ("reader" in args.only or not args.only) and real_data:
         results.append(bench_reader(args.data_dir))
+    if "dataset_scale" in args.only or not args.only:
+        from benchmarks.dataset_scale_bench import bench_dataset_scale
+
+        results.append(bench_dataset_scale())
     if ("vocabulary" in args.only or not args.only) and real_data:
         from benchmarks.vocabulary_bench import analyze_real_captions
 

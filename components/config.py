@@ -20,6 +20,7 @@ import argparse
 import dataclasses
 import json
 import math
+import os
 import re
 import typing
 from typing import Any, Mapping
@@ -46,7 +47,9 @@ FLICKR8K_SPLIT_FILES = {"train": "Flickr_8k.trainImages.txt", "dev": "Flickr_8k.
 
 
 # Caption dataset formats the reader knows (README "Other datasets").
-DATA_FORMATS = ("flickr8k", "karpathy")
+DATA_FORMATS = ("flickr8k", "karpathy", "coco")
+# COCO's official caption annotation files are named after their image folder.
+COCO_ANNOTATION_FILE = re.compile(r"^captions_(?P<folder>[A-Za-z0-9_-]+)\.json$")
 
 
 class ConfigError(ValueError):
@@ -61,8 +64,16 @@ class DataConfig:
     # under ``RuntimeConfig.output_dir``/demo_data and used.
     data_dir: str = ""
     # "flickr8k": the token file (or Kaggle captions.txt) and the three split lists;
-    # "karpathy": one Karpathy split file (dataset_flickr8k/flickr30k/coco.json) as captions_file.
+    # "karpathy": one Karpathy split file (dataset_flickr8k/flickr30k/coco.json) as captions_file;
+    # "coco": COCO's official annotation files (coco_annotation_files).
     format: str = "flickr8k"
+    # data.format=coco: the caption annotation files, relative to data_dir; each file's images are
+    # in the folder its name gives (captions_train2014.json -> <image_dir_name>/train2014/).
+    coco_annotation_files: tuple = ("annotations/captions_train2014.json",
+                                    "annotations/captions_val2014.json")
+    # data.format=coco: a Karpathy split file (dataset_coco.json) whose splits to use; empty:
+    # train* files are train, val* files' images are dev or test, half each (stable hash).
+    karpathy_split_file: str = ""
     # Where a Karpathy file's "restval" images (COCO's rest of val2014) go.
     restval_split: str = "train"
     image_dir_name: str = "Flicker8k_Dataset"  # sic: the official archive's spelling
@@ -334,6 +345,9 @@ def _fractions(values) -> bool:
 _SECTION_RULES = {
     "data": _rules("data", [
         ("format", lambda value: value in DATA_FORMATS, f"must be one of {list(DATA_FORMATS)}"),
+        ("coco_annotation_files", lambda value: bool(value) and all(
+            isinstance(name, str) and COCO_ANNOTATION_FILE.match(os.path.basename(name))
+            for name in value), "must name captions_<image folder>.json files"),
         ("restval_split", lambda value: value in example_format.SPLITS,
          f"must be one of {list(example_format.SPLITS)}"),
         ("image_dir_name", _non_empty, "must name the image folder"),

@@ -34,28 +34,35 @@ def build_config(args: argparse.Namespace) -> config_lib.PipelineConfig:
 
 
 def resolve_data(pipeline_config: config_lib.PipelineConfig) -> config_lib.PipelineConfig:
-    """Fills in the demo dataset (generated once per seed and size) when no data_dir is set."""
+    """Fills in the demo dataset (generated once per seed and size) when no data_dir is set: the
+    Flickr8k layout for ``data.format=flickr8k``, COCO 2014's (``demo_data.generate_coco``) for
+    ``karpathy`` and ``coco``, whose image folder and Karpathy file it names in the config."""
     if pipeline_config.data.data_dir:
         return pipeline_config
     data = pipeline_config.data
+    coco_layout = data.format != "flickr8k"
     demo_dir = os.path.abspath(os.path.join(
         pipeline_config.runtime.output_dir, "demo_data",
-        f"seed{data.demo_seed}_n{data.demo_num_images}"))
+        f"{'coco_' if coco_layout else ''}seed{data.demo_seed}_n{data.demo_num_images}"))
     marker = os.path.join(demo_dir, "README.txt")
     if os.path.exists(marker):
         logging.info("Using the demo dataset already generated in %s", demo_dir)
         glove_path = os.path.join(demo_dir, "glove",
                                   f"synthetic_glove.demo.{demo_data.SYNTHETIC_GLOVE_DIM}d.txt")
     else:
-        logging.info("Generating the demo dataset (%d images, seed %d) in %s",
-                     data.demo_num_images, data.demo_seed, demo_dir)
-        dataset = demo_data.generate(demo_dir, data.demo_num_images, data.demo_seed,
-                                     data.demo_split_fractions)
+        logging.info("Generating the demo dataset (%d images, seed %d, %s layout) in %s",
+                     data.demo_num_images, data.demo_seed, "COCO" if coco_layout else "Flickr8k",
+                     demo_dir)
+        generate = demo_data.generate_coco if coco_layout else demo_data.generate
+        dataset = generate(demo_dir, data.demo_num_images, data.demo_seed, data.demo_split_fractions)
         glove_path = dataset.glove_path
+    data = dataclasses.replace(data, data_dir=demo_dir)
+    if coco_layout:
+        data = dataclasses.replace(data, image_dir_name=demo_data.COCO_IMAGE_DIR, **(
+            {"captions_file": demo_data.COCO_KARPATHY_FILE} if data.format == "karpathy" else {}))
     transform = pipeline_config.transform
     return dataclasses.replace(
-        pipeline_config,
-        data=dataclasses.replace(data, data_dir=demo_dir),
+        pipeline_config, data=data,
         transform=dataclasses.replace(transform, glove_path=transform.glove_path or glove_path))
 
 

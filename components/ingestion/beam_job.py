@@ -40,7 +40,7 @@ from apache_beam.ml.inference.base import KeyedModelHandler, ModelHandler, RunIn
 
 from components import config as config_lib
 from components import cpu_bfloat16, example_format
-from components.ingestion import flickr8k, image_files, karpathy, progress
+from components.ingestion import coco, flickr8k, image_files, karpathy, progress
 
 METRICS_NAMESPACE = "flickr8k_ingestion"
 STAGE_READER = "reader"
@@ -68,6 +68,12 @@ def split_dir(output_dir: str, split: str) -> str:
 def read_index(data_dir: str, data: config_lib.DataConfig) -> flickr8k.Flickr8kIndex:
     """The reader of ``data.format`` over ``data_dir``, on any file system Beam knows (local,
     gs://, ...)."""
+    if data.format == "coco":
+        return coco.read_coco(
+            data_dir, data.coco_annotation_files, karpathy_split_file=data.karpathy_split_file,
+            restval_split=data.restval_split, open_binary=_open_uncompressed,
+            max_caption_chars=data.max_caption_chars,
+            max_captions_per_image=data.max_captions_per_image)
     if data.format == "karpathy":
         return karpathy.read_karpathy(
             data_dir, data.captions_file, restval_split=data.restval_split,

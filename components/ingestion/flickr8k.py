@@ -328,8 +328,8 @@ def build_index(split_lines: Iterable[SplitLine], caption_lines: Iterable[Captio
             spelling_of.setdefault(key, parsed.image_id)
             captions_of[key].append(Caption(parsed.caption_index, parsed.caption, parsed.line_number))
             continue
-        rejects.append(Reject(CAPTION_LINE, captions_source, parsed.line_number, reason, detail,
-                              parsed.image_id, parsed.caption_index))
+        rejects.append(Reject(CAPTION_LINE, parsed.source or captions_source, parsed.line_number,
+                              reason, detail, parsed.image_id, parsed.caption_index))
 
     # 3. Split entries of images in two splits, or that no accepted caption refers to.
     for image_id, entries in sorted(listings.items()):
@@ -362,6 +362,7 @@ class CaptionLine:
     caption: str = ""
     error: Optional[Tuple[RejectReason, str]] = None
     blank: bool = False
+    source: str = ""  # the file, where a format reads captions from several; else build_index's
 
 
 def _name_key(image_id: str) -> str:

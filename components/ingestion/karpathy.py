@@ -27,7 +27,7 @@ never the parsed file; a file that is not JSON raises
 from __future__ import annotations
 
 import os
-from typing import BinaryIO, Callable, Iterator, Optional
+from typing import BinaryIO, Callable, Dict, Iterator, Optional, Set
 
 import ijson
 
@@ -61,15 +61,10 @@ def read_karpathy(
     """
     open_binary = open_binary or flickr8k._open_local
     path = flickr8k._resolve(data_dir, captions_file)
-    image_files = None
-    if image_dir is not None:
-        if not os.path.isdir(image_dir):
-            raise flickr8k.Flickr8kLayoutError(f"Image folder {image_dir!r} does not exist.")
-        image_files = {os.path.relpath(os.path.join(folder, name), image_dir).replace(os.sep, "/")
-                       for folder, _, names in os.walk(image_dir) for name in names}
+    image_files = list_image_files(image_dir) if image_dir is not None else None
     splits = dict(KARPATHY_SPLITS, **{RESTVAL: restval_split})
     return flickr8k.build_index(
-        _split_entries(path, open_binary, splits), _caption_lines(path, open_binary),
+        split_entries(path, open_binary, splits), _caption_lines(path, open_binary),
         os.path.basename(path), image_files, max_caption_chars, max_captions_per_image,
         is_safe_name=is_image_path)
 
@@ -94,7 +89,22 @@ def _image_id(entry) -> Optional[str]:
     return entry["filename"].strip()
 
 
-def _split_entries(path: str, open_binary, splits) -> Iterator[SplitLine]:
+def list_image_files(image_dir: str) -> Set[str]:
+    """Every file under ``image_dir`` as ``folder/name`` (one listing, no file reads).
+
+    Raises:
+      Flickr8kLayoutError: the folder does not exist.
+    """
+    if not os.path.isdir(image_dir):
+        raise flickr8k.Flickr8kLayoutError(f"Image folder {image_dir!r} does not exist.")
+    return {os.path.relpath(os.path.join(folder, name), image_dir).replace(os.sep, "/")
+            for folder, _, names in os.walk(image_dir) for name in names}
+
+
+def split_entries(path: str, open_binary: Callable[[str], BinaryIO], splits: Dict[str, str]
+                  ) -> Iterator[SplitLine]:
+    """One split entry per ``images`` entry of a Karpathy file, ``splits`` mapping its split
+    names to the pipeline's."""
     source = os.path.basename(path)
     for number, image_id, entry in _entries(path, open_binary):
         if image_id is None:

@@ -36,6 +36,27 @@ def test_demo_data_generated_once(tmp_path):
     assert os.path.getmtime(token_path) == first_mtime
 
 
+@pytest.mark.parametrize("overrides", [
+    ["data.format=karpathy"], ["data.format=coco"],
+    ["data.format=coco", "data.karpathy_split_file=dataset_coco.json"]])
+def test_the_demo_follows_data_format_into_the_coco_layout(tmp_path, overrides):
+    from components.ingestion import beam_job
+
+    argv = ["run", f"--output_dir={tmp_path}", "--set", "data.demo_num_images=12"]
+    for assignment in overrides:
+        argv += ["--set", assignment]
+    pipeline_config = local_runner.resolve_data(local_runner.build_config(local_runner._parse_args(argv)))
+    data = pipeline_config.data
+    assert data.data_dir == str(tmp_path / "demo_data" / "coco_seed8_n12")
+    assert sorted(os.listdir(os.path.join(data.data_dir, data.image_dir_name))) == ["train2014", "val2014"]
+    index = beam_job.read_index(data.data_dir, data)
+    summary = index.summary()
+    assert summary["caption_lines_rejected"] == summary["split_lines_rejected"] == 0
+    assert summary["captions_accepted"] == sum(5 + number % 3 for number in range(12))
+    assert all(count > 0 for count in summary["images_per_split"].values())
+    assert pipeline_config.transform.glove_path.startswith(data.data_dir)
+
+
 
 def test_small_datasets_run_beam_in_process_large_ones_on_every_core(tmp_path, monkeypatch):
     """In-process below the measured break-even (make bench: ~780-2,200 images on 2 cores), one
@@ -241,6 +262,22 @@ def test_a_missing_data_folder_ends_in_one_paragraph_and_a_non_zero_exit(tmp_pat
     assert re.search(r"^FAILED in Flickr8kExampleGen: Flickr8kLayoutError: Required Flickr8k file not "
                      rf"readable: {re.escape(str(missing))}/Flickr8k_text/", printed, re.MULTILINE)
     assert len(printed.splitlines()) == 3 and "Traceback" not in printed, printed
+
+
+@pytest.mark.e2e
+def test_a_coco_layout_runs_end_to_end_through_the_official_annotation_files(tmp_path, capsys):
+    """`make pipeline-local SET="data.format=coco data.karpathy_split_file=dataset_coco.json"` on
+    the COCO-layout demo: image ids with folders, 5 to 7 captions, restval in train, every node
+    runs (one short epoch: quality is the Flickr8k demo test's job)."""
+    argv = ["run", f"--output_dir={tmp_path}", "--set", "data.format=coco",
+            "--set", "data.karpathy_split_file=dataset_coco.json", "--set", "data.demo_num_images=24",
+            "--set", "trainer.epochs=1", "--set", "trainer.per_replica_batch_size=8",
+            "--set", "evaluation.with_meteor=false"]
+    assert _run(argv, tmp_path) == {**dict.fromkeys(COMPONENTS, "COMPLETE"), "Pusher": "COMPLETE"}
+    printed = capsys.readouterr().out
+    captions = sum(5 + number % 3 for number in range(24))
+    assert f"pairs read {captions} = accepted {captions} + rejected 0" in printed, printed
+    assert re.search(r"  val2014/COCO_val2014_\d{12}\.jpg: '", printed), printed
 
 
 QUALITY_EPOCHS = 10
