@@ -182,5 +182,29 @@ def bench_dataset_scale() -> dict:
     }
 
 
+PROJECTED_WORKERS = (1, 10, 50)
+
+
+def coco_ingestion_projection(ingestion: dict) -> dict:
+    """COCO 2014's ingestion time on Dataflow from this machine's measured ingestion rate.
+
+    One Dataflow worker of this machine's size (2 vCPUs, e.g. ``n1-standard-2``) is taken to
+    ingest at the 2-worker-process DirectRunner job's marginal rate measured by
+    ``ingestion_bench`` (one SDK process per core, as Dataflow runs Python). Worker start-up
+    (minutes on Dataflow), the images' transfer from GCS and COCO's larger photos (640 x 480
+    against Flickr8k's ~500 x 375) are not in the figure, so it is a lower bound.
+    """
+    images = sum(COCO_IMAGES.values())
+    per_worker = ingestion["beam_2_worker_processes_marginal_images_per_s"]
+    return {
+        "name": "projection: COCO 2014 ingestion on Dataflow (from the ingestion rate above)",
+        "coco_images": images,
+        "images_per_s_per_2_vcpu_worker": per_worker,
+        "minutes_by_workers": {workers: round(images / (per_worker * workers) / 60, 1)
+                             for workers in PROJECTED_WORKERS},
+        "tfrecord_gb": round(images * ingestion["bytes_on_disk_per_image"] / 1e9, 1),
+    }
+
+
 if __name__ == "__main__":
     print(json.dumps(_child(sys.argv[1], sys.argv[2])))

@@ -82,6 +82,11 @@ def main(argv=None) -> int:
         from benchmarks.dataset_scale_bench import bench_dataset_scale
 
         results.append(bench_dataset_scale())
+        ingestion = next((result for result in results if result["name"].startswith("ingestion")), None)
+        if ingestion is not None:
+            from benchmarks.dataset_scale_bench import coco_ingestion_projection
+
+            results.append(coco_ingestion_projection(ingestion))
     if ("vocabulary" in args.only or not args.only) and real_data:
         from benchmarks.vocabulary_bench import analyze_real_captions
 
