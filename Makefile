@@ -23,6 +23,8 @@ SET ?=
 # VERBOSE=1: the full TFX / TensorFlow / Beam log on the console too (it is always in OUTPUT_DIR/logs/)
 VERBOSE ?=
 PYTEST_ARGS ?=
+# extra arguments for benchmarks.run, e.g. make bench BENCH_ARGS="--only export"
+BENCH_ARGS ?=
 # pytest-xdist workers for make test / test-fast (tests/conftest.py groups the tests)
 TEST_WORKERS ?= 2
 # Kubeflow Pipelines / Vertex AI: make pipeline-vertex PROJECT=my-project REGION=us-central1 BUCKET=my-bucket DATA_DIR=gs://...
@@ -82,7 +84,7 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff check components pipeline tests benchmarks setup.py
 
 bench: $(STAMP)
-	$(PY) -m benchmarks.run --output_dir=$(OUTPUT_DIR)/bench
+	$(PY) -m benchmarks.run --output_dir=$(OUTPUT_DIR)/bench $(BENCH_ARGS)
 
 demo-data: $(STAMP)
 	$(PY) -m pipeline.local_runner demo-data $(RUN_ARGS)
