@@ -9,7 +9,9 @@ version is chosen and written:
   written: each push writes ``.version-claims/<version>-<time>-<random>`` and
   takes the version only if its claim is the only one for it (else it removes
   the claim, backs off and tries the next). Two concurrent pushes therefore get
-  different versions on any store with read-after-write listing (POSIX, GCS).
+  different versions on any store with read-after-write listing (POSIX, GCS);
+  two that claimed one version at once both give it up, so under contention a
+  version number can be skipped (versions stay unique and increasing).
 * **Local / POSIX**: the model is copied into a hidden staging directory beside
   the version (``.staging-<version>-<time>-<random>``; TF Serving only loads
   directories whose name is a number) and renamed into place in one step, so a
