@@ -82,7 +82,7 @@ class ProgressDisplay:
                 # initial: the rate counts from here, not from a jump of everything done so far
                 self._bar = tqdm.tqdm(total=total, initial=done, desc=f"  {self._label}",
                                       unit=" images", file=self._console, leave=False,
-                                      dynamic_ncols=True)
+                                      **_tqdm_shape(self._console))
             self._bar.n = done
             self._bar.refresh()
         elif now - self._last_plain >= self._plain_every_s:
@@ -93,6 +93,21 @@ class ProgressDisplay:
             self._console.write(f"    {self._label}: {done}/{total} images "
                                 f"({100 * done / max(total, 1):.0f}%), {rate:.1f} images/s{left}\n")
             self._console.flush()
+
+
+def _tqdm_shape(stream: TextIO) -> dict:
+    """tqdm's size arguments: follow the terminal where it reports a size; 80×24 where it
+    reports 0×0 (a pseudo-terminal nobody sized: ``script`` or ``docker exec -t`` without a
+    terminal, some CI runners), on which tqdm draws nothing at all (measured)."""
+    try:
+        size = os.get_terminal_size(stream.fileno())
+    except (AttributeError, ValueError, OSError):
+        size = os.terminal_size((0, 0))
+    if size.columns > 0 and size.lines > 0:
+        return {"dynamic_ncols": True}
+    return {"ncols": 80, "nrows": 24}
+
+
 _LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s %(filename)s:%(lineno)d] %(message)s"
 
 

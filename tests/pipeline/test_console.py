@@ -118,3 +118,61 @@ def test_progress_on_a_terminal_is_a_tqdm_bar_that_the_node_line_replaces(tmp_pa
     assert "Flickr8kExampleGen" in bar and "images/s" in bar and "\r" in bar  # redrawn in place
     assert node_line.split()[:2] == ["Flickr8kExampleGen", "ran"]
     assert not os.path.exists(directory)  # the next node starts with no counts
+
+
+def _drawn_on_a_pseudo_terminal(tmp_path, columns_rows) -> str:
+    """What the ingestion display draws on a real pseudo-terminal of that size (0, 0: unsized)."""
+    import fcntl
+    import pty
+    import struct
+    import termios
+    import threading
+
+    master, replica = pty.openpty()
+    if columns_rows != (0, 0):
+        columns, rows = columns_rows
+        fcntl.ioctl(replica, termios.TIOCSWINSZ, struct.pack("HHHH", rows, columns, 0, 0))
+    drawn = []
+
+    def drain():  # a pseudo-terminal holds a few KB: read while the bar draws
+        while True:
+            try:
+                chunk = os.read(master, 4096)
+            except OSError:
+                return
+            if not chunk:
+                return
+            drawn.append(chunk)
+
+    reader = threading.Thread(target=drain, daemon=True)
+    reader.start()
+    terminal = os.fdopen(replica, "w", buffering=1)
+    directory = str(tmp_path / f"progress_{columns_rows[0]}")
+    lines = console.NodeLines(terminal, directory)  # isatty() says terminal: the tqdm bar
+    logging.set_verbosity(logging.INFO)
+    logging.get_absl_logger().addHandler(lines)
+    try:
+        logging.info("Component %s is running.", "Flickr8kExampleGen")
+        _write_progress(directory, [30, 15], 300)
+        _wait_for(lambda: b"45/300" in b"".join(drawn))
+        logging.info("Component %s is finished.", "Flickr8kExampleGen")
+    finally:
+        logging.get_absl_logger().removeHandler(lines)
+        lines.close()
+        terminal.close()
+        reader.join(timeout=5)
+        os.close(master)
+    return b"".join(drawn).decode("utf-8", "replace")
+
+
+def test_the_bar_is_drawn_on_an_unsized_pseudo_terminal_and_fits_a_sized_one(tmp_path):
+    """tqdm draws nothing on a 0x0 pseudo-terminal (``script`` without a terminal, ``docker
+    exec -t``): the run showed no ingestion progress at all there until the display fell back
+    to 80 columns."""
+    unsized = _drawn_on_a_pseudo_terminal(tmp_path, (0, 0))
+    assert "45/300" in unsized and "images/s" in unsized, repr(unsized)
+    assert max(len(line) for line in unsized.split("\r")) <= 80
+    sized = _drawn_on_a_pseudo_terminal(tmp_path, (60, 24))
+    bars = [line for line in sized.split("\r") if "45/300" in line]
+    assert bars and max(len(line) for line in bars) <= 60, repr(sized)
+    assert "Flickr8kExampleGen" in sized.splitlines()[-1] and "ran" in sized.splitlines()[-1]
