@@ -32,6 +32,7 @@ setuptools.setup(
         "numpy",
         "protobuf==3.20.3",
         "absl-py",
+        "tqdm",  # the console's progress bars
     ],
     extras_require={
         "dev": ["pytest", "pytest-timeout", "ruff"],

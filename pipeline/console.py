@@ -17,8 +17,9 @@ used.`` / ``Component %s is finished.``): TFX has no other hook for them.
 While a node runs, :class:`ProgressDisplay` shows the progress its Beam job
 reports through :mod:`components.ingestion.progress` (ingestion: images
 finished of the total, images/s, time left): a tqdm bar on a terminal, a plain
-line every half minute otherwise. The Trainer's progress is Keras' own bar (or
-one line per epoch), written by ``run_fn``.
+line every half minute otherwise. The Trainer prints its own progress
+(``run_fn.EpochProgress``: a line per epoch and, on a terminal, a bar over the
+whole training).
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from typing import Iterator, Optional, TextIO
 
 from absl import logging as absl_logging
 
+from components import terminal
 from components.ingestion import progress
 
 LOGS_DIR = "logs"
@@ -77,12 +79,9 @@ class ProgressDisplay:
             self._first_seen, self._last_plain = (now, done), now
         if self._on_terminal:
             if self._bar is None:
-                import tqdm
-
                 # initial: the rate counts from here, not from a jump of everything done so far
-                self._bar = tqdm.tqdm(total=total, initial=done, desc=f"  {self._label}",
-                                      unit=" images", file=self._console, leave=False,
-                                      **_tqdm_shape(self._console))
+                self._bar = terminal.progress_bar(self._console, total, self._label, "images",
+                                                  initial=done)
             self._bar.n = done
             self._bar.refresh()
         elif now - self._last_plain >= self._plain_every_s:
@@ -93,19 +92,6 @@ class ProgressDisplay:
             self._console.write(f"    {self._label}: {done}/{total} images "
                                 f"({100 * done / max(total, 1):.0f}%), {rate:.1f} images/s{left}\n")
             self._console.flush()
-
-
-def _tqdm_shape(stream: TextIO) -> dict:
-    """tqdm's size arguments: follow the terminal where it reports a size; 80×24 where it
-    reports 0×0 (a pseudo-terminal nobody sized: ``script`` or ``docker exec -t`` without a
-    terminal, some CI runners), on which tqdm draws nothing at all (measured)."""
-    try:
-        size = os.get_terminal_size(stream.fileno())
-    except (AttributeError, ValueError, OSError):
-        size = os.terminal_size((0, 0))
-    if size.columns > 0 and size.lines > 0:
-        return {"dynamic_ncols": True}
-    return {"ncols": 80, "nrows": 24}
 
 
 _LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s %(filename)s:%(lineno)d] %(message)s"

@@ -14,7 +14,8 @@ trains with:
   directory, so a re-execution after a crash resumes where training stopped;
 * ``TerminateOnNaN`` (and ``run_fn`` then fails instead of exporting a broken
   model), ``EarlyStopping`` on dev loss with the best weights restored,
-  ``TensorBoard`` under ``model_run_dir`` and one log line per epoch.
+  ``TensorBoard`` under ``model_run_dir``, a line per epoch and, on a terminal, a bar over the
+  whole training (``EpochProgress``).
 
 Writes the self-contained serving SavedModel (``components.trainer.export``: JPEG
 bytes → captions) to ``serving_model_dir``, with the caption facts in its
@@ -29,7 +30,7 @@ import math
 import os
 import sys
 import time
-from typing import List
+from typing import List, Optional, TextIO
 
 import keras
 import numpy as np
@@ -38,7 +39,7 @@ import tensorflow_transform as tft
 from absl import logging
 
 from components import config as config_lib
-from components import cpu_bfloat16, example_format
+from components import cpu_bfloat16, example_format, terminal
 from components.trainer import export, inputs
 from components.trainer import model as model_lib
 from components.transform import preprocessing
@@ -69,27 +70,53 @@ def backup_dir(backup_root: str, train_files: List[str], transform_output: str, 
     return os.path.join(backup_root, digest.hexdigest()[:16])
 
 
-class EpochLogger(keras.callbacks.Callback):
-    """Logs every epoch's metrics; with ``print_lines``, also one line per epoch on stdout (the
-    console when stdout is not a terminal, where Keras' progress bar would be unreadable)."""
+class EpochProgress(keras.callbacks.Callback):
+    """Logs every epoch's metrics and prints one line per epoch; on a terminal, the lines print
+    above a bar over the whole training (steps done, epoch, running loss, time left if every
+    epoch runs), instead of Keras' bar, which knows one epoch only and leaves two lines each."""
 
-    def __init__(self, epochs: int, print_lines: bool):
+    def __init__(self, epochs: int, steps_per_epoch: int, stream: Optional[TextIO] = None):
         super().__init__()
-        self._epochs, self._print_lines, self._started = epochs, print_lines, 0.0
+        self._epochs, self._steps = epochs, steps_per_epoch
+        self._stream = stream or sys.stdout
+        self._on_terminal = self._stream.isatty()
+        self._bar = None
+        self._epoch, self._started = 0, 0.0
 
     def on_epoch_begin(self, epoch, logs=None):
-        self._started = time.monotonic()
+        self._epoch, self._started = epoch, time.monotonic()
+        if self._on_terminal and self._bar is None:  # a resumed training starts past 0
+            self._bar = terminal.progress_bar(self._stream, self._epochs * self._steps, "Trainer",
+                                              "steps", initial=epoch * self._steps)
+
+    def on_train_batch_end(self, batch, logs=None):
+        if self._bar is None:
+            return
+        loss = (logs or {}).get("loss")
+        self._bar.set_postfix_str(f"epoch {self._epoch + 1}/{self._epochs}" + (
+            f", loss {float(loss):.4f}" if loss is not None else ""), refresh=False)
+        self._bar.update(self._epoch * self._steps + batch + 1 - self._bar.n)
 
     def on_epoch_end(self, epoch, logs=None):
         logs = logs or {}
         logging.info("epoch %d: %s", epoch + 1,
-                     ", ".join(f"{name} {value:.4f}" for name, value in sorted(logs.items())))
-        if self._print_lines:
-            names = (("loss", "loss"), ("val_loss", "dev loss"),
-                     ("val_masked_accuracy", "dev token accuracy"))
-            metrics = ", ".join(f"{label} {logs[name]:.4f}" for name, label in names if name in logs)
-            print(f"    epoch {epoch + 1}/{self._epochs}: {metrics} "
-                  f"({time.monotonic() - self._started:.1f} s)", flush=True)
+                     ", ".join(f"{name} {float(value):.4f}" for name, value in sorted(logs.items())))
+        names = (("loss", "loss"), ("val_loss", "dev loss"), ("val_masked_accuracy", "dev token accuracy"))
+        metrics = ", ".join(f"{label} {float(logs[name]):.4f}" for name, label in names if name in logs)
+        line = f"    epoch {epoch + 1}/{self._epochs}: {metrics} ({time.monotonic() - self._started:.1f} s)"
+        if self._bar is not None:
+            self._bar.refresh()  # the epoch's last step, whatever tqdm's redraw interval skipped
+            self._bar.write(line, file=self._stream)
+        else:
+            print(line, file=self._stream, flush=True)
+
+    def close(self) -> None:
+        if self._bar is not None:
+            self._bar.close()
+            self._bar = None
+
+    def on_train_end(self, logs=None):
+        self.close()
 
 
 @contextlib.contextmanager
@@ -164,24 +191,27 @@ def _train(pipeline_config, train_files, eval_files, transform_output_dir, model
         training_model = model_lib.image_major_model(model, captions_per_image)
         model_lib.compile_model(training_model, trainer, total_steps=steps_per_epoch * trainer.epochs)
 
-    # Keras' progress bar (epoch, step, loss, ETA) on a terminal; EpochLogger's lines otherwise.
-    on_terminal = sys.stdout.isatty()
+    progress = EpochProgress(trainer.epochs, steps_per_epoch)
     callbacks = [
         keras.callbacks.BackupAndRestore(backup_directory),
         keras.callbacks.TerminateOnNaN(),
         keras.callbacks.EarlyStopping(monitor="val_loss", patience=trainer.early_stopping_patience,
                                       restore_best_weights=True),
         keras.callbacks.TensorBoard(log_dir=os.path.join(model_run_dir, "tensorboard")),
-        EpochLogger(trainer.epochs, print_lines=not on_terminal),
+        progress,
         *extra_callbacks,
     ]
     bfloat16 = cpu_bfloat16.resolve(trainer.onednn_bfloat16)
     logging.info("oneDNN bfloat16 rewrite of the train step: %s (trainer.onednn_bfloat16=%s).",
                  "on" if bfloat16 else "off", trainer.onednn_bfloat16)
     with cpu_bfloat16.rewrite(bfloat16):
-        history = training_model.fit(train_dataset, validation_data=eval_dataset, epochs=trainer.epochs,
-                                     steps_per_epoch=steps_per_epoch, validation_steps=validation_steps,
-                                     callbacks=callbacks, verbose=1 if on_terminal else 0)
+        try:
+            history = training_model.fit(
+                train_dataset, validation_data=eval_dataset, epochs=trainer.epochs,
+                steps_per_epoch=steps_per_epoch, validation_steps=validation_steps,
+                callbacks=callbacks, verbose=0)
+        finally:
+            progress.close()  # a training that raised leaves no bar behind its error
     losses = history.history.get("loss", [])
     if not losses or not np.all(np.isfinite(losses)):
         raise NonFiniteLossError(f"Training stopped on a non-finite loss; losses per epoch: {losses}")

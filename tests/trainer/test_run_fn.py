@@ -3,9 +3,11 @@ and after kill -9."""
 
 import functools
 import glob
+import io
 import json
 import os
 import pathlib
+import re
 import signal
 import subprocess
 import sys
@@ -197,3 +199,39 @@ def test_deterministic_training_gives_bit_identical_weights_and_restores_the_set
     for first, second in zip(*weights, strict=True):
         np.testing.assert_array_equal(first, second)
     assert not framework_config.is_op_determinism_enabled()
+
+
+class _Terminal(io.StringIO):
+    def isatty(self):
+        return True
+
+
+@pytest.mark.parametrize("on_terminal", [True, False], ids=["terminal", "pipe"])
+def test_training_progress_is_a_line_per_epoch_and_on_a_terminal_one_bar_over_all_steps(on_terminal):
+    features = np.random.default_rng(0).random((40, 3), dtype=np.float32)
+    targets = features.sum(axis=1, keepdims=True)
+    model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(1)])
+    model.compile("sgd", "mse")
+
+    def fit(initial_epoch):
+        stream = _Terminal() if on_terminal else io.StringIO()
+        model.fit(features, targets, batch_size=8, epochs=3, initial_epoch=initial_epoch,
+                  validation_data=(features, targets), verbose=0,
+                  callbacks=[run_fn.EpochProgress(epochs=3, steps_per_epoch=5, stream=stream)])
+        printed = stream.getvalue()
+        epoch_lines = [line for line in re.split("[\r\n]", printed) if line.startswith("    epoch ")]
+        return printed, [line.split(":")[0].strip() for line in epoch_lines], epoch_lines
+
+    printed, epochs, lines = fit(initial_epoch=0)
+    assert epochs == ["epoch 1/3", "epoch 2/3", "epoch 3/3"] and all("dev loss" in line for line in lines)
+    if not on_terminal:
+        assert "\r" not in printed and "steps" not in printed and len(printed.splitlines()) == 3
+        return
+    bars = [segment for segment in printed.split("\r") if "Trainer" in segment]
+    for done, epoch in ((5, 1), (10, 2), (15, 3)):  # the whole training's steps, not one epoch's
+        assert any(f"{done}/15 [" in bar and f"epoch {epoch}/3, loss " in bar for bar in bars), bars
+    assert all(re.search(r"\[\d\d:\d\d<(\d\d:\d\d|\?)", bar) for bar in bars if "/15 [" in bar)
+    # Resumed after two epochs (BackupAndRestore): the bar starts at 10 of 15 steps.
+    printed, epochs, _ = fit(initial_epoch=2)
+    assert epochs == ["epoch 3/3"]
+    assert not re.search(r"\b[0-9]/15 \[", printed) and "15/15 [" in printed, printed
