@@ -158,6 +158,11 @@ class TrainerConfig:
     warmup_steps: int = 100
     clipnorm: float = 1.0
     early_stopping_patience: int = 5
+    # Early stopping watches dev loss from this fraction of ``epochs`` on (the best weights are
+    # restored from that part only). Near the cosine schedule's peak learning rate dev loss moves
+    # by up to 15% between epochs: watched from epoch 1, patience 5 stopped a demo training at
+    # epoch 16 (test BLEU-4 0.83) that reaches 0.91 by the end of its schedule (README "Trainer").
+    early_stopping_start_fraction: float = 0.5
     cache_dataset: bool = True  # parsed images in memory: ~200 KB each
     mixed_precision: bool = False
     # oneDNN's bfloat16 rewrite of the train step (components.cpu_bfloat16): "auto" (on where the
@@ -401,6 +406,8 @@ _SECTION_RULES = {
         ("warmup_steps", _at_least(0), "must be >= 0"),
         ("clipnorm", _positive, "must be finite and > 0"),
         ("early_stopping_patience", _at_least(0), "must be >= 0"),
+        ("early_stopping_start_fraction", lambda value: _finite(value) and 0 <= value <= 1,
+         "must be in [0, 1]"),
         ("onednn_bfloat16", lambda value: value in BFLOAT16_MODES, f"must be one of {list(BFLOAT16_MODES)}"),
         ("seed", _at_least(0), "must be >= 0"),
     ]),

@@ -60,6 +60,8 @@ def test_override_argument_must_have_equals_sign():
     ("trainer.per_replica_batch_size", "0", "must be >= 1"),
     ("trainer.dropout_rate", "1.5", "must be in [0, 1)"),
     ("trainer.dropout_rate", "-0.1", "must be in [0, 1)"),
+    ("trainer.early_stopping_start_fraction", "1.5", "must be in [0, 1]"),
+    ("trainer.early_stopping_start_fraction", "nan", "must be in [0, 1]"),
     ("trainer.learning_rate", "nan", "must be finite and > 0"),
     ("trainer.learning_rate", "inf", "must be finite and > 0"),
     ("trainer.learning_rate", "0", "must be finite and > 0"),

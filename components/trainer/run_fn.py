@@ -13,7 +13,8 @@ trains with:
   the code (``custom_config["backup_root"]``), not from the execution's working
   directory, so a re-execution after a crash resumes where training stopped;
 * ``TerminateOnNaN`` (and ``run_fn`` then fails instead of exporting a broken
-  model), ``EarlyStopping`` on dev loss with the best weights restored,
+  model), ``EarlyStopping`` on dev loss (watched from ``early_stopping_start_fraction`` of the
+  epochs on) with the best weights restored,
   ``TensorBoard`` under ``model_run_dir``, a line per epoch and, on a terminal, a bar over the
   whole training (``EpochProgress``).
 
@@ -145,6 +146,14 @@ def train(pipeline_config: config_lib.PipelineConfig, train_files: List[str], ev
                       serving_model_dir, backup_directory, extra_callbacks)
 
 
+def early_stopping(trainer: config_lib.TrainerConfig) -> keras.callbacks.EarlyStopping:
+    """Stops after ``early_stopping_patience`` epochs without a better dev loss, watching from
+    ``early_stopping_start_fraction`` of the epochs on, and restores the best watched weights."""
+    return keras.callbacks.EarlyStopping(
+        monitor="val_loss", patience=trainer.early_stopping_patience, restore_best_weights=True,
+        start_from_epoch=int(trainer.epochs * trainer.early_stopping_start_fraction))
+
+
 def _train(pipeline_config, train_files, eval_files, transform_output_dir, model_run_dir,
            serving_model_dir, backup_directory, extra_callbacks) -> dict:
     trainer = pipeline_config.trainer
@@ -195,8 +204,7 @@ def _train(pipeline_config, train_files, eval_files, transform_output_dir, model
     callbacks = [
         keras.callbacks.BackupAndRestore(backup_directory),
         keras.callbacks.TerminateOnNaN(),
-        keras.callbacks.EarlyStopping(monitor="val_loss", patience=trainer.early_stopping_patience,
-                                      restore_best_weights=True),
+        early_stopping(trainer),
         keras.callbacks.TensorBoard(log_dir=os.path.join(model_run_dir, "tensorboard")),
         progress,
         *extra_callbacks,

@@ -235,3 +235,28 @@ def test_training_progress_is_a_line_per_epoch_and_on_a_terminal_one_bar_over_al
     printed, epochs, _ = fit(initial_epoch=2)
     assert epochs == ["epoch 3/3"]
     assert not re.search(r"\b[0-9]/15 \[", printed) and "15/15 [" in printed, printed
+
+
+@pytest.mark.parametrize("start_fraction, stopped_after_epoch", [(0.0, 10), (0.5, 20)])
+def test_early_stopping_ignores_dev_loss_before_its_start_fraction_of_the_epochs(
+        start_fraction, stopped_after_epoch):
+    """Dev loss from the seed-42 demo training that patience 5 stopped at epoch 16 (README
+    "Trainer"), shortened: a noisy early best, then a better one in the second half."""
+    val_losses = [2.3, 0.77, 0.52, 0.51, 0.40, 0.41, 0.45, 0.43, 0.42, 0.44,
+                  0.45, 0.39, 0.38, 0.37, 0.36, 0.35, 0.37, 0.38, 0.39, 0.40]
+    trainer = config_lib.TrainerConfig(epochs=20, early_stopping_patience=5,
+                                       early_stopping_start_fraction=start_fraction)
+    model = keras.Sequential([keras.Input((1,)), keras.layers.Dense(1)])
+    callback = run_fn.early_stopping(trainer)
+    callback.set_model(model)
+    model.stop_training = False  # what fit sets before its first epoch
+    callback.on_train_begin()
+    for epoch, val_loss in enumerate(val_losses):
+        model.layers[0].bias.assign([float(epoch)])  # the weights say which epoch they are from
+        callback.on_epoch_end(epoch, {"val_loss": val_loss})
+        if model.stop_training:
+            break
+    callback.on_train_end()
+    assert epoch + 1 == stopped_after_epoch
+    best_epoch = int(np.argmin(val_losses[int(20 * start_fraction):epoch + 1])) + int(20 * start_fraction)
+    assert model.layers[0].bias.numpy()[0] == best_epoch
