@@ -240,8 +240,8 @@ def test_training_progress_is_a_line_per_epoch_and_on_a_terminal_one_bar_over_al
 @pytest.mark.parametrize("start_fraction, stopped_after_epoch", [(0.0, 10), (0.5, 20)])
 def test_early_stopping_ignores_dev_loss_before_its_start_fraction_of_the_epochs(
         start_fraction, stopped_after_epoch):
-    """Dev loss from the seed-42 demo training that patience 5 stopped at epoch 16 (README
-    "Trainer"), shortened: a noisy early best, then a better one in the second half."""
+    """A dev-loss curve shaped like the seed-42 demo training's that patience 5 stopped at
+    epoch 16 (README "Evaluation and blessing"): a noisy early best, a better one later."""
     val_losses = [2.3, 0.77, 0.52, 0.51, 0.40, 0.41, 0.45, 0.43, 0.42, 0.44,
                   0.45, 0.39, 0.38, 0.37, 0.36, 0.35, 0.37, 0.38, 0.39, 0.40]
     trainer = config_lib.TrainerConfig(epochs=20, early_stopping_patience=5,
