@@ -45,13 +45,14 @@ KFP_ARGS := $(if $(PROJECT),--project=$(PROJECT)) --region=$(REGION) $(if $(BUCK
 	$(foreach assignment,$(SET),--set=$(assignment))
 
 .PHONY: help install check-java test test-fast lint bench demo-data pipeline-local pipeline-compile \
-	pipeline-vertex clean
+	pipeline-rehearse pipeline-vertex clean
 
 help:
 	@echo "make pipeline-local   run the pipeline (demo data unless DATA_DIR=...)"
 	@echo "make test             run the test suite (installs .venv first if needed)"
 	@echo "make demo-data        generate the demo dataset under OUTPUT_DIR/demo_data"
 	@echo "make pipeline-compile write the Kubeflow Pipelines v2 / Vertex AI pipeline JSON"
+	@echo "make pipeline-rehearse compile, then run the compiled Vertex pipeline here (TFX's task entrypoint)"
 	@echo "make pipeline-vertex  compile and submit to Vertex AI (PROJECT=, REGION=, BUCKET=, DATA_DIR=)"
 	@echo "make install | lint | bench | clean"
 
@@ -94,6 +95,10 @@ pipeline-local: $(STAMP) check-java
 
 pipeline-compile: $(STAMP)
 	$(PY) -m pipeline.kubeflow_v2_runner compile --output_file=$(OUTPUT_DIR)/kfp/flickr8k-captioning.json $(KFP_ARGS)
+
+# The compiled Vertex AI pipeline executed here, task by task, through TFX's container entrypoint.
+pipeline-rehearse: $(STAMP) check-java
+	$(PY) -m pipeline.rehearsal --output_dir=$(OUTPUT_DIR) $(foreach assignment,$(SET),--set=$(assignment))
 
 pipeline-vertex: $(STAMP)
 	@test -n "$(PROJECT)" -a -n "$(BUCKET)" -a -n "$(DATA_DIR)" || { echo "make pipeline-vertex needs PROJECT=, BUCKET= and DATA_DIR=gs://... (REGION= defaults to us-central1)" >&2; exit 1; }

@@ -225,6 +225,9 @@ class CloudConfig:
     trainer_machine_type: str = "n1-standard-16"
     trainer_accelerator_type: str = "NVIDIA_TESLA_T4"
     trainer_accelerator_count: int = 2
+    # Compile refuses features.resnet_weights=random (features of an untrained ResNet50) unless
+    # this says the run is a smoke run (make pipeline-rehearse sets it).
+    allow_random_resnet_weights: bool = False
 
 
 @dataclasses.dataclass(frozen=True)

@@ -92,19 +92,72 @@ def cloud_data_fingerprint(pipeline_config: config_lib.PipelineConfig, compute: 
     if compute:
         return data_fingerprint(pipeline_config.data)
     logging.warning("Data fingerprint not computed: the cache key holds only the data path %s, so "
-                    "changed files under the same path need ENABLE_CACHE=0.",
+                    "changed files under the same path need --disable_cache.",
                     pipeline_config.data.data_dir)
     return f"path-only:{pipeline_config.data.data_dir}"
 
 
+class CloudConfigError(ValueError):
+    """Settings that cannot work on Kubeflow Pipelines / Vertex AI; the message names each one."""
+
+
+# The one remote filesystem every component, Dataflow worker and training job of a Vertex run reads.
+CLOUD_SCHEME = "gs://"
+KERAS_RESNET50_NOTOP_FILE = "resnet50_weights_tf_dim_ordering_tf_kernels_notop.h5"
+
+
+def cloud_problems(pipeline_config: config_lib.PipelineConfig) -> List[str]:
+    """What in the config cannot work on the cloud, one sentence each naming the setting and what
+    to give instead; empty when it can. A path of this machine would end up in the pipeline JSON
+    and name nothing on the workers."""
+    problems = []
+    paths = {
+        "data.data_dir (DATA_DIR=, --data_dir)": pipeline_config.data.data_dir,
+        "transform.glove_path (GLOVE=, --glove)": pipeline_config.transform.glove_path,
+        "export.push_destination": pipeline_config.export.push_destination,
+    }
+    weights = pipeline_config.features.resnet_weights
+    if weights not in (config_lib.RESNET_WEIGHTS_RANDOM, config_lib.RESNET_WEIGHTS_IMAGENET):
+        paths["features.resnet_weights (RESNET_WEIGHTS=, --resnet_weights)"] = weights
+    for setting, value in paths.items():
+        if value and not value.startswith(CLOUD_SCHEME):
+            problems.append(f"{setting} is {value!r}, a path of this machine that no Vertex AI or "
+                            f"Dataflow worker can read: upload it and give its {CLOUD_SCHEME}BUCKET/... "
+                            "URI.")
+    if weights == config_lib.RESNET_WEIGHTS_RANDOM and not pipeline_config.cloud.allow_random_resnet_weights:
+        problems.append(
+            "features.resnet_weights is 'random': the run would train on the features of an "
+            "untrained ResNet50. Give RESNET_WEIGHTS=gs://BUCKET/.../" + KERAS_RESNET50_NOTOP_FILE
+            + " (Keras' ImageNet notop file), or SET=cloud.allow_random_resnet_weights=true for a "
+            "smoke run.")
+    if weights == config_lib.RESNET_WEIGHTS_IMAGENET:
+        problems.append(
+            "features.resnet_weights is 'imagenet', which reads Keras' cache file "
+            f"~/.keras/models/{KERAS_RESNET50_NOTOP_FILE}; the pipeline image (Dockerfile) does "
+            "not hold it and nothing downloads it. Upload the file and give "
+            f"RESNET_WEIGHTS=gs://BUCKET/.../{KERAS_RESNET50_NOTOP_FILE}.")
+    return problems
+
+
 def compile_pipeline(pipeline_config: config_lib.PipelineConfig, output_file: str,
                      fingerprint_data: bool = True, enable_cache: bool = True) -> str:
-    """Writes the KFP v2 PipelineJob JSON to ``output_file`` and returns its path."""
+    """Writes the KFP v2 PipelineJob JSON to ``output_file`` and returns its path.
+
+    Raises :class:`CloudConfigError` for settings that cannot work on the cloud
+    (:func:`cloud_problems`). The spec is KFP's pipeline spec schema 2.1: its executors read
+    parameters from ``ExecutorInput.inputs.parameterValues`` with the inputs spec passed on the
+    command line, the field KFP v2 launchers (Vertex AI's included) fill; under schema 2.0 TFX's
+    entrypoint reads the deprecated ``inputs.parameters`` instead.
+    """
     from tfx import v1 as tfx
 
     from pipeline import fingerprints
     from pipeline.pipeline import create_pipeline
 
+    problems = cloud_problems(pipeline_config)
+    if problems:
+        raise CloudConfigError("This pipeline cannot run on the cloud as configured:\n"
+                               + "\n".join(f"  - {problem}" for problem in problems))
     cloud = pipeline_config.cloud
     pipeline_root = bucket_uri(cloud, "pipeline_root")
     pipeline = create_pipeline(
@@ -121,7 +174,8 @@ def compile_pipeline(pipeline_config: config_lib.PipelineConfig, output_file: st
     output_dir, file_name = os.path.split(os.path.abspath(output_file))
     os.makedirs(output_dir, exist_ok=True)
     tfx.orchestration.experimental.KubeflowV2DagRunner(
-        config=tfx.orchestration.experimental.KubeflowV2DagRunnerConfig(default_image=image_uri(cloud)),
+        config=tfx.orchestration.experimental.KubeflowV2DagRunnerConfig(
+            default_image=image_uri(cloud), use_pipeline_spec_2_1=True),
         output_dir=output_dir, output_filename=file_name).run(pipeline)
     return os.path.join(output_dir, file_name)
 
@@ -168,9 +222,13 @@ def main(argv: Optional[List[str]] = None) -> int:
     logging.set_verbosity(logging.INFO)
     args = _parse_args(sys.argv[1:] if argv is None else argv)
     pipeline_config = build_config(args)
-    path = compile_pipeline(pipeline_config, args.output_file,
-                            fingerprint_data=not args.no_data_fingerprint,
-                            enable_cache=not args.disable_cache)
+    try:
+        path = compile_pipeline(pipeline_config, args.output_file,
+                                fingerprint_data=not args.no_data_fingerprint,
+                                enable_cache=not args.disable_cache)
+    except CloudConfigError as error:
+        print(error, file=sys.stderr)
+        return 2
     print(f"Pipeline JSON: {path}")
     cloud = pipeline_config.cloud
     print(f"  image {image_uri(cloud)}, root {bucket_uri(cloud, 'pipeline_root')}, "

@@ -34,6 +34,9 @@ from typing import Optional
 import tensorflow as tf
 from absl import logging
 from tfx import v1 as tfx
+from tfx.components.evaluator import executor as evaluator_executor
+from tfx.dsl.components.base import base_component, executor_spec
+from tfx.types import artifact_utils, component_spec, standard_artifacts
 from tfx.utils import path_utils
 
 from components import caption_text
@@ -178,26 +181,69 @@ def run_evaluation(examples_uri: str, model_uri: str, model_run_uri: str, evalua
     return document
 
 
-@tfx.dsl.components.component
-def CaptionEvaluator(  # noqa: N802 (TFX components are classes by convention)
-    examples: tfx.dsl.components.InputArtifact[tfx.types.standard_artifacts.Examples],
-    model: tfx.dsl.components.InputArtifact[tfx.types.standard_artifacts.Model],
-    model_run: tfx.dsl.components.InputArtifact[tfx.types.standard_artifacts.ModelRun],
-    evaluation: tfx.dsl.components.OutputArtifact[tfx.types.standard_artifacts.ModelEvaluation],
-    blessing: tfx.dsl.components.OutputArtifact[tfx.types.standard_artifacts.ModelBlessing],
-    pipeline_config: tfx.dsl.components.Parameter[str],
-    code_fingerprint: tfx.dsl.components.Parameter[str],
-    baseline_model: tfx.dsl.components.InputArtifact[tfx.types.standard_artifacts.Model] = None,
-) -> None:
-    """Scores the model's captions, blesses it or not, and writes the report."""
-    del code_fingerprint  # only part of the cache key
-    config = config_lib.PipelineConfig.from_json(pipeline_config)
-    baseline_uri = None
-    if baseline_model is not None and baseline_model.id != model.id:
-        baseline_uri = path_utils.serving_model_path(baseline_model.uri)
-    document = run_evaluation(examples.uri, path_utils.serving_model_path(model.uri), model_run.uri,
-                              evaluation.uri, config, baseline_uri)
-    mark_blessing(blessing, document, model, baseline_model)
+class CaptionEvaluatorSpec(component_spec.ComponentSpec):
+    """The evaluator's inputs, outputs and parameters (``baseline_model`` from the resolver)."""
+
+    PARAMETERS = {
+        "pipeline_config": component_spec.ExecutionParameter(type=str),
+        # Only part of the cache key.
+        "code_fingerprint": component_spec.ExecutionParameter(type=str),
+    }
+    INPUTS = {
+        "examples": component_spec.ChannelParameter(type=standard_artifacts.Examples),
+        "model": component_spec.ChannelParameter(type=standard_artifacts.Model),
+        "model_run": component_spec.ChannelParameter(type=standard_artifacts.ModelRun),
+        "baseline_model": component_spec.ChannelParameter(type=standard_artifacts.Model,
+                                                          optional=True),
+    }
+    OUTPUTS = {
+        "evaluation": component_spec.ChannelParameter(type=standard_artifacts.ModelEvaluation),
+        "blessing": component_spec.ChannelParameter(type=standard_artifacts.ModelBlessing),
+    }
+
+
+class Executor(evaluator_executor.Executor):
+    """Scores the model's captions, blesses it or not, and writes the report.
+
+    It subclasses TFX's Evaluator executor for one reason: TFX's Kubeflow v2 / Vertex entrypoint
+    (``kubeflow_v2_run_executor``) rewrites a blessing's ``current_model_id`` and
+    ``baseline_model_id`` from the numeric ids it hands executors to the artifacts' resource
+    names only for Evaluator executors, and the compiled latest-blessed-model resolver looks the
+    Model up by ``name == current_model_id``. Without it, on Vertex, no baseline model is ever
+    found. Nothing of TFX's Evaluator (TFMA) runs: :meth:`Do` is this component's own.
+    """
+
+    def Do(self, input_dict, output_dict, exec_properties) -> None:  # noqa: N802 (TFX's name)
+        config = config_lib.PipelineConfig.from_json(exec_properties["pipeline_config"])
+        examples = artifact_utils.get_single_instance(input_dict["examples"])
+        model = artifact_utils.get_single_instance(input_dict["model"])
+        model_run = artifact_utils.get_single_instance(input_dict["model_run"])
+        baseline_models = input_dict.get("baseline_model") or []
+        baseline_model = baseline_models[0] if baseline_models else None
+        evaluation = artifact_utils.get_single_instance(output_dict["evaluation"])
+        blessing = artifact_utils.get_single_instance(output_dict["blessing"])
+        baseline_uri = None
+        if baseline_model is not None and baseline_model.id != model.id:
+            baseline_uri = path_utils.serving_model_path(baseline_model.uri)
+        document = run_evaluation(examples.uri, path_utils.serving_model_path(model.uri),
+                                  model_run.uri, evaluation.uri, config, baseline_uri)
+        mark_blessing(blessing, document, model, baseline_model)
+
+
+class CaptionEvaluator(base_component.BaseComponent):
+    """Caption metrics, image-blind baselines, the blessing and the report (module docstring)."""
+
+    SPEC_CLASS = CaptionEvaluatorSpec
+    # A Beam executor spec because TFX's Evaluator executor is a Beam executor; no Beam job runs.
+    EXECUTOR_SPEC = executor_spec.BeamExecutorSpec(Executor)
+
+    def __init__(self, examples, model, model_run, pipeline_config: str, code_fingerprint: str,
+                 baseline_model=None):
+        super().__init__(spec=CaptionEvaluatorSpec(
+            examples=examples, model=model, model_run=model_run, baseline_model=baseline_model,
+            pipeline_config=pipeline_config, code_fingerprint=code_fingerprint,
+            evaluation=tfx.dsl.Channel(type=standard_artifacts.ModelEvaluation),
+            blessing=tfx.dsl.Channel(type=standard_artifacts.ModelBlessing)))
 
 
 def mark_blessing(blessing, document: dict, model, baseline_model=None) -> None:

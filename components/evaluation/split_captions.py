@@ -10,7 +10,6 @@ serving client would.
 """
 
 import dataclasses
-import glob
 import os
 from typing import Iterator, List, Sequence, Tuple
 
@@ -44,7 +43,8 @@ def _quietly(dataset: tf.data.Dataset) -> Iterator[tf.Tensor]:
 
 
 def split_records(examples_dir: str, split: str) -> Iterator[Record]:
-    paths = sorted(glob.glob(os.path.join(example_format.split_dir(examples_dir, split), "*")))
+    # tf.io.gfile, not Python's glob: on Vertex / Kubeflow the examples are under gs://.
+    paths = sorted(tf.io.gfile.glob(os.path.join(example_format.split_dir(examples_dir, split), "*")))
     if not paths:
         raise FileNotFoundError(f"No examples of split {split!r} under {examples_dir}.")
     for path in paths:

@@ -206,3 +206,37 @@ def test_report_renders_in_headless_chromium(evaluated, tmp_path):
     subprocess.run([CHROMIUM, *flags, f"--screenshot={screenshot}", "--window-size=1200,2000",
                     report.as_uri()], capture_output=True, timeout=120, check=True)
     assert screenshot.stat().st_size > 20_000  # a rendered page, not a blank one
+
+
+@pytest.mark.slow
+def test_evaluator_reads_and_writes_its_artifacts_on_a_filesystem_that_is_not_the_local_disk(
+        trained_demo_model):
+    """Every artifact under TensorFlow's ram:// (on Vertex they are gs://): Python's glob found no
+    examples there and the evaluator failed after the whole training."""
+    from tests import ram_filesystem
+
+    root = ram_filesystem.new_root("evaluator")
+    artifacts = {}
+    for key, artifact_type, local in (
+            ("examples", standard_artifacts.Examples, trained_demo_model["examples"]),
+            ("model", standard_artifacts.Model, trained_demo_model["serving_model"]),
+            ("model_run", standard_artifacts.ModelRun, trained_demo_model["model_run"])):
+        artifact = artifact_type()
+        artifact.id = len(artifacts) + 1
+        artifact.uri = f"{root}/{key}"
+        # The Trainer's Model artifact holds the SavedModel under Format-Serving/.
+        ram_filesystem.copy_tree(local, f"{artifact.uri}/Format-Serving" if key == "model"
+                                 else artifact.uri)
+        artifacts[key] = [artifact]
+    evaluation, blessing = standard_artifacts.ModelEvaluation(), standard_artifacts.ModelBlessing()
+    evaluation.uri, blessing.uri = f"{root}/evaluation", f"{root}/blessing"
+    executor = evaluator.Executor(evaluator.Executor.Context(tmp_dir=f"{root}/tmp"))
+    executor.Do(artifacts, {"evaluation": [evaluation], "blessing": [blessing]},
+                {"pipeline_config": trained_demo_model["config"].to_json(), "code_fingerprint": ""})
+    written = ram_filesystem.files_under(root)
+    assert {"evaluation/metrics.json", "evaluation/report.html"} <= set(written)
+    marker = "BLESSED" if blessing.get_int_custom_property("blessed") else "NOT_BLESSED"
+    assert f"blessing/{marker}" in written
+    document = json.loads(ram_filesystem.read_text(f"{root}/evaluation/metrics.json"))
+    assert set(document["splits"]) == {"dev", "test"} and document["splits"]["test"]["captions"]
+    assert blessing.get_int_custom_property("current_model_id") == artifacts["model"][0].id
