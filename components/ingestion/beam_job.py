@@ -17,7 +17,9 @@ holds the totals and ``read == accepted + rejected``.
 Outputs are atomic: Beam's sinks write temporary files and rename them when
 the job succeeds, and the whole job writes into ``_staging-<id>/`` under the
 output directory, whose splits are moved into place only after every sink
-has finished. A killed job leaves the staging folder, never a partial split.
+has finished. A failed job deletes what it wrote; a killed one leaves its
+staging folder, which the next job into the same folder deletes; never a
+partial split.
 
 :func:`ingest_flickr8k` builds the graph; the TFX component
 (:mod:`components.ingestion.example_gen`) and the standalone job
@@ -34,6 +36,7 @@ from typing import Dict, Iterable, List, NamedTuple, Tuple
 
 import apache_beam as beam
 import numpy as np
+from absl import logging
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.ml.inference.base import KeyedModelHandler, ModelHandler, RunInference
@@ -50,6 +53,8 @@ STAGE_FEATURES = "features"
 NON_FINITE_FEATURES = "non_finite_features"
 REJECTS_DIR = "rejects"
 SUMMARY_FILE = "ingestion_summary.json"
+# The job writes here under the output folder; the splits are moved out once every sink is done.
+STAGING_PREFIX = "_staging-"
 EXAMPLES_FILE_PREFIX = "data_tfrecord"
 
 
@@ -351,18 +356,48 @@ def run_ingestion(pipeline: beam.Pipeline, pipeline_config: config_lib.PipelineC
     if existing:
         raise FileExistsError(f"{output_dir} already holds {existing}; ingestion writes into a "
                               "new or empty output directory.")
-    staging_dir = os.path.join(output_dir, f"_staging-{uuid.uuid4().hex}")
+    remove_staging_leftovers(output_dir)
+    staging_dir = os.path.join(output_dir, f"{STAGING_PREFIX}{uuid.uuid4().hex}")
     _ = pipeline | "IngestFlickr8k" >> IngestFlickr8k(  # pylint: disable=no-value-for-parameter
         index, image_dir, pipeline_config.features, staging_dir)
-    result = pipeline.run()
-    result.wait_until_finish()
-    summary = summarize(result, index)
-    names = [name for name in _output_names() if FileSystems.exists(os.path.join(staging_dir, name))]
-    FileSystems.rename([os.path.join(staging_dir, name) for name in names],
-                       [os.path.join(output_dir, name) for name in names])
+    published = []
+    try:
+        result = pipeline.run()
+        result.wait_until_finish()
+        summary = summarize(result, index)
+        for name in _output_names():
+            if FileSystems.exists(os.path.join(staging_dir, name)):
+                FileSystems.rename([os.path.join(staging_dir, name)], [os.path.join(output_dir, name)])
+                published.append(os.path.join(output_dir, name))
+        write_summary(summary, output_dir)
+    except BaseException:
+        # On gs:// a failed job's files are storage paid for nothing; a half-published output
+        # would make the rerun refuse the folder.
+        _delete_quietly([staging_dir, *published, os.path.join(output_dir, SUMMARY_FILE)])
+        raise
     FileSystems.delete([staging_dir])
-    write_summary(summary, output_dir)
     return summary
+
+
+def remove_staging_leftovers(output_dir: str) -> None:
+    """Deletes the ``_staging-*`` folders of jobs into ``output_dir`` that were killed (a failed
+    job removes its own): nothing was published from them."""
+    pattern = os.path.join(output_dir, f"{STAGING_PREFIX}*")
+    leftovers = {metadata.path.split(STAGING_PREFIX, 1)[1].split("/", 1)[0]
+                 for metadata in FileSystems.match([os.path.join(pattern, "**")])[0].metadata_list}
+    for name in sorted(leftovers):
+        logging.warning("Removing %s%s, left in %s by an ingestion job that did not finish.",
+                        STAGING_PREFIX, name, output_dir)
+        _delete_quietly([os.path.join(output_dir, STAGING_PREFIX + name)])
+
+
+def _delete_quietly(paths: List[str]) -> None:
+    for path in paths:
+        try:
+            if FileSystems.exists(path):
+                FileSystems.delete([path])
+        except Exception as error:  # noqa: BLE001 (cleanup must not hide the job's own error)
+            logging.warning("Could not delete %s: %s", path, error)
 
 
 def _output_names() -> List[str]:

@@ -27,11 +27,14 @@ version is chosen and written:
   push once older than ``STALE_AFTER_SECONDS`` (by the time in their names, as
   object stores keep no directory times); younger ones may be a concurrent push.
 
-Pushing the same model artifact again (a re-execution of the Pusher) creates
-no second version: each version records the model it came from in
-``assets.extra/pushed_from.txt``.
+Pushing the same model again (a re-execution of the Pusher) creates no second
+version: each version records a content digest of the SavedModel it came from
+(``sha256:`` over every file's relative path and bytes) in
+``assets.extra/pushed_from.txt``; never the model's path, which names the
+training machine's disk and means nothing where the model is served.
 """
 
+import hashlib
 import os
 import random
 import time
@@ -50,8 +53,28 @@ STAGING_PREFIX = ".staging-"
 CLAIMS_DIR = ".version-claims"
 STALE_AFTER_SECONDS = 6 * 3600
 MAX_CLAIM_ATTEMPTS = 50
-# Beside the SavedModel (TF Serving ignores it): which model a version was pushed from.
+# Beside the SavedModel (TF Serving ignores it): the content digest of the model a version holds.
 PUSHED_FROM_FILE = os.path.join("assets.extra", "pushed_from.txt")
+
+
+def model_digest(model_path: str) -> str:
+    """``sha256:<hex>`` of every file under ``model_path`` (relative path and bytes, in name
+    order), ``assets.extra/`` excepted: what the Pusher writes there is not the model."""
+    digest = hashlib.sha256()
+    files = []
+    for directory, _, names in fileio.walk(model_path):
+        for name in names:
+            path = os.path.join(directory, name)
+            relative = os.path.relpath(path, model_path)
+            if not relative.startswith("assets.extra" + os.sep):
+                files.append((relative, path))
+    for relative, path in sorted(files):
+        digest.update(relative.encode("utf-8") + b"\0")
+        with fileio.open(path, "rb") as stream:
+            for chunk in iter(lambda: stream.read(1 << 20), b""):
+                digest.update(chunk)
+        digest.update(b"\0")
+    return f"sha256:{digest.hexdigest()}"
 
 
 def renames_are_atomic(path: str) -> bool:
@@ -103,7 +126,7 @@ def claim_version(base_directory: str) -> tuple:
     raise RuntimeError(f"No version claimed in {base_directory} after {MAX_CLAIM_ATTEMPTS} attempts.")
 
 
-def copy_model_atomically(model_path: str, serving_path: str) -> None:
+def copy_model_atomically(model_path: str, serving_path: str, digest: str = "") -> None:
     """Copies ``model_path`` to ``serving_path`` so that it is complete once it has a
     ``saved_model.pb`` (see the module docstring for local disks and object stores)."""
     parent, version = os.path.split(serving_path.rstrip("/"))
@@ -114,7 +137,8 @@ def copy_model_atomically(model_path: str, serving_path: str) -> None:
         target = serving_path
     try:
         io_utils.copy_dir(model_path, target, deny_regex_patterns=[r"saved_model\.pb"])
-        io_utils.write_string_file(os.path.join(target, PUSHED_FROM_FILE), model_path)
+        io_utils.write_string_file(os.path.join(target, PUSHED_FROM_FILE),
+                                   digest or model_digest(model_path))
         io_utils.copy_file(os.path.join(model_path, "saved_model.pb"),
                            os.path.join(target, "saved_model.pb"))
         if target != serving_path:
@@ -148,7 +172,8 @@ class AtomicPushExecutor(pusher_executor.Executor):
         if push_destination.WhichOneof("destination") != "filesystem":
             raise NotImplementedError(f"Push destination {push_destination} is not a file system.")
         base_directory = push_destination.filesystem.base_directory
-        already_pushed = version_pushed_from(base_directory, model_path)
+        digest = model_digest(model_path)
+        already_pushed = version_pushed_from(base_directory, digest)
         if already_pushed:
             # A re-execution (e.g. after the evaluator re-ran against a new baseline): no new version.
             logging.info("Model %s is already pushed as %s; not pushing it again.", model_path,
@@ -163,7 +188,7 @@ class AtomicPushExecutor(pusher_executor.Executor):
         model_version = str(version)
         serving_path = os.path.join(base_directory, model_version)
         try:
-            copy_model_atomically(model_path, serving_path)
+            copy_model_atomically(model_path, serving_path, digest)
         finally:
             fileio.remove(claim)
         logging.info("Model pushed to %s (version %s).", serving_path, model_version)
@@ -177,13 +202,13 @@ class AtomicPusher(tfx.components.Pusher):
     EXECUTOR_SPEC = executor_spec.ExecutorClassSpec(AtomicPushExecutor)
 
 
-def version_pushed_from(base_directory: str, model_path: str):
-    """The version directory already holding a push of ``model_path``, or None."""
+def version_pushed_from(base_directory: str, digest: str):
+    """The version directory already holding the model of this :func:`model_digest`, or None."""
     if not fileio.exists(base_directory):
         return None
     for name in sorted(fileio.listdir(base_directory)):
         marker = os.path.join(base_directory, name.rstrip("/"), PUSHED_FROM_FILE)
         if name.rstrip("/").isdigit() and fileio.exists(marker) and \
-                io_utils.read_string_file(marker) == model_path:
+                io_utils.read_string_file(marker) == digest:
             return os.path.join(base_directory, name.rstrip("/"))
     return None

@@ -238,3 +238,33 @@ def test_killed_job_leaves_no_partial_split_and_rerun_completes(bad_input_layout
 
     _ingest(_config(data_dir, max_image_pixels=400_000), str(output_dir))
     assert records_digest(str(output_dir)) == records_digest(bad_input_run[0])
+    # The killed job's staging folder is gone too: nothing a rerun leaves behind.
+    assert glob.glob(str(output_dir / "_staging-*")) == []
+
+
+def test_a_job_that_fails_half_way_through_publishing_leaves_nothing_and_rerun_completes(
+        bad_input_layout, bad_input_run, tmp_path, monkeypatch):
+    """No space left after the first file was moved into place (inside Beam's sink, which renames
+    its temporary shards): every file the job wrote goes, the staging folder included (on gs://
+    it would be storage paid for nothing)."""
+    from apache_beam.io.filesystems import FileSystems
+
+    data_dir, _ = bad_input_layout
+    output_dir = tmp_path / "full_disk"
+    real_rename, renames = FileSystems.rename, []
+
+    def rename_then_fail(sources, destinations):
+        if renames:
+            raise OSError(28, "No space left on device")
+        renames.append(sources)
+        return real_rename(sources, destinations)
+
+    monkeypatch.setattr(FileSystems, "rename", staticmethod(rename_then_fail))
+    with pytest.raises(Exception, match="No space left"):
+        _ingest(_config(data_dir, max_image_pixels=400_000), str(output_dir))
+    assert renames, "nothing was published before the failure; the half-way case was not tested"
+    assert sorted(os.listdir(output_dir)) == []
+    monkeypatch.undo()
+    _ingest(_config(data_dir, max_image_pixels=400_000), str(output_dir))
+    assert records_digest(str(output_dir)) == records_digest(bad_input_run[0])
+    assert glob.glob(str(output_dir / "_staging-*")) == []

@@ -23,7 +23,7 @@ def _model_artifact(root, name="model"):
     serving = root / name / "Format-Serving"
     (serving / "variables").mkdir(parents=True, exist_ok=True)
     (serving / "variables" / "variables.data-00000-of-00001").write_bytes(b"\0" * 1000)
-    (serving / "saved_model.pb").write_bytes(b"graph")
+    (serving / "saved_model.pb").write_bytes(f"graph of {name}".encode())
     return model
 
 
@@ -216,3 +216,51 @@ def test_concurrent_pushes_all_succeed_with_different_versions(tmp_path, monkeyp
         assert (destination / str(version) / "saved_model.pb").exists() and marker.exists()
     pushed_from = {(destination / str(version) / pusher.PUSHED_FROM_FILE).read_text() for version in versions}
     assert len(pushed_from) == 4
+
+
+def test_a_pushed_model_records_its_content_digest_not_a_path_of_the_training_machine(tmp_path):
+    destination = tmp_path / "serving"
+    pushed = _push(tmp_path, destination, _blessing(tmp_path, True))
+    version_dir = pushed.get_string_custom_property("pushed_destination")
+    marker = io_utils.read_string_file(os.path.join(version_dir, pusher.PUSHED_FROM_FILE))
+    assert marker == pusher.model_digest(str(tmp_path / "model" / "Format-Serving"))
+    assert marker.startswith("sha256:") and str(tmp_path) not in marker
+    # The digest is the model's content: the pushed copy (its marker aside) has the same one.
+    assert pusher.model_digest(version_dir) == marker
+    for directory, _, names in os.walk(version_dir):
+        for name in names:
+            with open(os.path.join(directory, name), "rb") as stream:
+                assert str(tmp_path).encode() not in stream.read(), name
+    # The same content pushed again from another path is the same model: no second version.
+    (tmp_path / "copy").mkdir()
+    io_utils.copy_dir(str(tmp_path / "model"), str(tmp_path / "copy" / "model"))
+    again = _push(tmp_path / "copy", destination, _blessing(tmp_path, True))
+    assert again.get_string_custom_property("pushed_destination") == version_dir
+    assert len([name for name in os.listdir(destination) if name.isdigit()]) == 1
+
+
+def test_push_reads_and_writes_its_artifacts_on_a_filesystem_that_is_not_the_local_disk(tmp_path):
+    """Model, blessing, pushed-model artifact and destination under ram:// (gs:// on Vertex)."""
+    from tests import ram_filesystem
+
+    root = ram_filesystem.new_root("pusher")
+    local_model = _model_artifact(tmp_path)
+    model = standard_artifacts.Model()
+    model.uri = ram_filesystem.copy_tree(local_model.uri, f"{root}/model")
+    blessing = standard_artifacts.ModelBlessing()
+    blessing.uri = f"{root}/blessing"
+    fileio.makedirs(blessing.uri)
+    blessing.set_int_custom_property("blessed", 1)
+    pushed = standard_artifacts.PushedModel()
+    pushed.uri = f"{root}/pushed_model"
+    destination = proto_utils.proto_to_json(pusher_pb2.PushDestination(
+        filesystem=pusher_pb2.PushDestination.Filesystem(base_directory=f"{root}/serving")))
+    pusher.AtomicPushExecutor().Do({"model": [model], "model_blessing": [blessing]},
+                                   {"pushed_model": [pushed]},
+                                   {"push_destination": destination, "custom_config": None})
+    version = pushed.get_string_custom_property("pushed_version")
+    files = ram_filesystem.files_under(root)
+    assert f"serving/{version}/saved_model.pb" in files
+    assert f"serving/{version}/{pusher.PUSHED_FROM_FILE}" in files
+    assert "pushed_model/saved_model.pb" in files
+    assert not fileio.exists(str(tmp_path / "serving"))
