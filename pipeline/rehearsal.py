@@ -193,7 +193,8 @@ def clause_matches(artifact: Artifact, field: str, value) -> bool:
     raise RehearsalError(f"Cannot evaluate the filter field {field!r}.")
 
 
-_INPUT_METADATA = re.compile(r"\{\{\$\.inputs\.artifacts\['(?P<input>[^']+)'\]\.metadata\['(?P<key>[^']+)'\]\}\}")
+_INPUT_METADATA = re.compile(
+    r"\{\{\$\.inputs\.artifacts\['(?P<input>[^']+)'\]\.metadata\['(?P<key>[^']+)'\]\}\}")
 
 
 def resolve_filter(filter_text: str, inputs: Dict[str, List[Artifact]]) -> Optional[str]:

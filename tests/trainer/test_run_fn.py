@@ -260,3 +260,25 @@ def test_early_stopping_ignores_dev_loss_before_its_start_fraction_of_the_epochs
     assert epoch + 1 == stopped_after_epoch
     best_epoch = int(np.argmin(val_losses[int(20 * start_fraction):epoch + 1])) + int(20 * start_fraction)
     assert model.layers[0].bias.numpy()[0] == best_epoch
+
+
+def test_training_reads_and_writes_its_run_files_on_a_filesystem_that_is_not_the_local_disk(
+        transformed):
+    """Transformed examples, transform graph, model run, serving model and backup all under
+    TensorFlow's ram:// (gs:// on Vertex): history, the Keras decoder, TensorBoard events, the
+    SavedModel and its facts are written there, and nothing on the local disk."""
+    from tests import ram_filesystem
+
+    root = ram_filesystem.new_root("trainer")
+    ram_filesystem.copy_tree(str(transformed), f"{root}/transformed")
+    history = run_fn.train(_config(epochs=2), [f"{root}/transformed/Split-train/*"],
+                           [f"{root}/transformed/Split-dev/*"], f"{root}/transformed/transform_graph",
+                           f"{root}/run", f"{root}/serving", f"{root}/backup")
+    assert len(history["loss"]) == 2
+    written = ram_filesystem.files_under(root)
+    for expected in (f"run/{example_format.HISTORY_FILE}", f"run/{run_fn.DECODER_FILE}",
+                     "serving/saved_model.pb", f"serving/assets.extra/{example_format.FACTS_FILE}"):
+        assert expected in written, expected
+    assert any(path.startswith("run/tensorboard/train/") for path in written)
+    assert json.loads(ram_filesystem.read_text(f"{root}/run/{example_format.HISTORY_FILE}"))["loss"] == \
+        pytest.approx(history["loss"])

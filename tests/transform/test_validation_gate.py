@@ -98,3 +98,36 @@ def test_images_with_1_to_7_captions_are_ingested_and_pass_the_gate_into_transfo
         list(tf.train.Example.FromString(record.numpy()).features.feature["caption_ids"].int64_list.value)
         .count(caption_text.START_ID) for record in tf.data.TFRecordDataset(transformed, "GZIP"))
     assert caption_counts == list(range(1, 8))
+
+
+def test_the_gate_reads_its_artifacts_on_a_filesystem_that_is_not_the_local_disk(tmp_path):
+    """StatisticsGen's and ExampleValidator's outputs of a failing run, copied under ram:// (gs://
+    on Vertex), and the gate's executor run in-process on them: the same anomalies, named."""
+    from tfx.components.example_validator import executor as example_validator_executor
+    from tfx.types import artifact_utils, standard_artifacts
+
+    from components.transform import validation_gate
+    from tests import ram_filesystem
+
+    input_base = tmp_path / "bad_examples"
+    _write_splits(input_base, bad_train=_example(b"empty.jpg", []))
+    with pytest.raises(RuntimeError):
+        _run(tmp_path, input_base)
+    root = ram_filesystem.new_root("gate")
+    statistics, anomalies = standard_artifacts.ExampleStatistics(), standard_artifacts.ExampleAnomalies()
+    (statistics_dir,) = glob.glob(str(tmp_path / "root" / "StatisticsGen" / "statistics" / "*"))
+    (anomalies_dir,) = glob.glob(str(tmp_path / "root" / "ExampleValidator" / "anomalies" / "*"))
+    statistics.uri = ram_filesystem.copy_tree(statistics_dir, f"{root}/statistics")
+    anomalies.uri = ram_filesystem.copy_tree(anomalies_dir, f"{root}/anomalies")
+    statistics.split_names = artifact_utils.encode_split_names(["train", "dev", "test"])
+    anomalies.set_json_value_custom_property(
+        example_validator_executor.ARTIFACT_PROPERTY_BLESSED_KEY,
+        {"train": example_validator_executor.NOT_BLESSED_VALUE,
+         "dev": example_validator_executor.BLESSED_VALUE,
+         "test": example_validator_executor.BLESSED_VALUE})
+    executor = validation_gate.ExampleValidationGate.EXECUTOR_SPEC.executor_class()
+    with pytest.raises(validation_gate.ExamplesNotBlessedError) as raised:
+        executor.Do({"statistics": [statistics], "anomalies": [anomalies]}, {},
+                    {"expected_feature_bytes": 49 * 2048 * 2, "code_fingerprint": ""})
+    assert "split train: feature 'captions'" in str(raised.value)
+    assert "split dev" not in str(raised.value)
