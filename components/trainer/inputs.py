@@ -9,7 +9,9 @@ with its captions padded to ``captions_per_image`` rows by all-padding
 captions, so the model's image encoder runs once per image and its output is
 repeated to the captions after it (``model.image_major_model``). Per caption:
 ``input_ids`` = the caption without its last id, ``target_ids`` = without its
-first; padding (target id 0) is excluded by the loss and the accuracy.
+first; padding (target id 0) is excluded by the loss and the accuracy. An
+all-padding caption row's input is ``<start>`` then padding
+(:func:`start_padding_rows`: never a fully masked sequence, which cuDNN rejects).
 
 Every batch has exactly ``images_per_batch`` images: the last, short batch of
 an epoch is filled up with zero features and all-padding captions. Nothing is
@@ -23,7 +25,7 @@ from typing import List, Tuple
 import numpy as np
 import tensorflow as tf
 
-from components import example_format
+from components import caption_text, example_format
 from components.trainer import model as model_lib
 
 FEATURE_SPEC = {
@@ -129,7 +131,20 @@ def _fill_batch(images_per_batch: int):
     return fill
 
 
+def start_padding_rows(caption_ids: tf.Tensor) -> tf.Tensor:
+    """Caption rows that are all padding (captions padded up to ``captions_per_image``, filler
+    images of a short batch) get ``<start>`` as their first id, so their input ids are not a
+    fully masked sequence: Keras' cuDNN LSTM path (any GPU) asserts that no sequence in a batch
+    is fully masked and that every mask is right-padded, at run time, as an error. Their
+    targets stay all padding, so they keep zero loss weight and change no gradient."""
+    empty = tf.reduce_all(tf.equal(caption_ids, caption_text.PAD_ID), axis=-1, keepdims=True)
+    first = tf.equal(tf.range(tf.shape(caption_ids)[-1]), 0)
+    return tf.where(tf.logical_and(empty, first), tf.constant(caption_text.START_ID, caption_ids.dtype),
+                    caption_ids)
+
+
 def _to_model_inputs(image_features: tf.Tensor, caption_ids: tf.Tensor):
+    caption_ids = start_padding_rows(caption_ids)
     return ({example_format.IMAGE_FEATURES: tf.cast(image_features, tf.float32),
              model_lib.INPUT_IDS: caption_ids[:, :, :-1]},
             caption_ids[:, :, 1:])
