@@ -294,14 +294,15 @@ def learning_rate_schedule(trainer: config_lib.TrainerConfig, total_steps: int):
 def compile_model(model: keras.Model, trainer: config_lib.TrainerConfig, total_steps: int,
                   learning_rate=None) -> keras.Model:
     """Adam with gradient-norm clipping, the masked loss from logits and masked accuracy."""
-    from components.trainer import losses
+    from components.trainer import losses, optimizers
 
-    optimizer = keras.optimizers.Adam(
+    # Both clip and skip overflowed steps on the gradient of all replicas (optimizers module).
+    optimizer = optimizers.ReducedGradientClipAdam(
         learning_rate=learning_rate if learning_rate is not None else learning_rate_schedule(
             trainer, total_steps),
         clipnorm=trainer.clipnorm)
     if trainer.mixed_precision:
-        optimizer = keras.optimizers.LossScaleOptimizer(optimizer)
+        optimizer = optimizers.ReplicaAgreedLossScaleOptimizer(optimizer)
     model.compile(optimizer=optimizer, loss=losses.MaskedCaptionLoss(),
                   metrics=[losses.MaskedTokenAccuracy()])
     return model
