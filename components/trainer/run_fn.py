@@ -29,6 +29,7 @@ import hashlib
 import json
 import math
 import os
+import re
 import sys
 import time
 from typing import List, Optional, TextIO
@@ -50,6 +51,23 @@ DECODER_FILE = "decoder.keras"
 
 class NonFiniteLossError(RuntimeError):
     """Training produced a NaN/inf loss; no model is written."""
+
+
+# Keras divides each replica's ``sum_over_batch_size`` loss by the number of replicas since 3.8;
+# losses.MaskedCaptionLoss relies on it. An older Keras (the TFX 1.16 image's own) would sum the
+# replicas' gradients: N times too large on N GPUs, and clipped differently.
+MIN_KERAS_VERSION = (3, 8)
+
+
+def check_keras_version(version: str = keras.__version__) -> None:
+    """Refuses a Keras older than :data:`MIN_KERAS_VERSION`, naming both versions."""
+    found = tuple(int(part) for part in re.findall(r"\d+", version)[:2])
+    if found < MIN_KERAS_VERSION:
+        needed = ".".join(map(str, MIN_KERAS_VERSION))
+        raise RuntimeError(
+            f"Keras {version} is older than {needed}, the first that divides each replica's loss "
+            f"by the number of replicas, which the Trainer's loss relies on. Install the pinned "
+            f"Keras (constraints.txt; the Dockerfile does) instead of Keras {version}.")
 
 
 def make_strategy() -> tf.distribute.MirroredStrategy:
@@ -241,6 +259,7 @@ def _train(pipeline_config, train_files, eval_files, transform_output_dir, model
 
 def run_fn(fn_args) -> None:
     """TFX Trainer entry point (``Trainer(run_fn="components.trainer.run_fn.run_fn")``)."""
+    check_keras_version()
     custom_config = fn_args.custom_config or {}
     config_json = custom_config["pipeline_config"]
     pipeline_config = config_lib.PipelineConfig.from_json(config_json)
