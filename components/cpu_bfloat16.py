@@ -38,14 +38,15 @@ def native_bfloat16_flags(cpuinfo_path: str = "/proc/cpuinfo") -> tuple:
     return tuple(flag for flag in NATIVE_FLAGS if flag in cpu_flags(cpuinfo_path))
 
 
-def resolve(mode: str, cpuinfo_path: str = "/proc/cpuinfo") -> bool:
-    """Whether ``mode`` turns the rewrite on here. ``auto``: the CPU has native bfloat16
-    and oneDNN is not disabled (``TF_ENABLE_ONEDNN_OPTS=0`` leaves nothing to rewrite)."""
+def resolve(mode: str, cpuinfo_path: str = "/proc/cpuinfo", gpu_visible: bool = False) -> bool:
+    """Whether ``mode`` turns the rewrite on here. ``auto``: no GPU is visible (the model runs
+    on the GPU then, and oneDNN's CPU rewrite gains nothing), the CPU has native bfloat16 and
+    oneDNN is not disabled (``TF_ENABLE_ONEDNN_OPTS=0`` leaves nothing to rewrite)."""
     if mode not in MODES:
         raise ValueError(f"bfloat16 mode must be one of {MODES}, got {mode!r}.")
     if mode != "auto":
         return mode == "on"
-    if os.environ.get("TF_ENABLE_ONEDNN_OPTS", "1") == "0":
+    if gpu_visible or os.environ.get("TF_ENABLE_ONEDNN_OPTS", "1") == "0":
         return False
     return bool(native_bfloat16_flags(cpuinfo_path))
 

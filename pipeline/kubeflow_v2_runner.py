@@ -74,7 +74,11 @@ def vertex_training_config(cloud: config_lib.CloudConfig) -> dict:
     if cloud.trainer_accelerator_count > 0:
         machine_spec.update(accelerator_type=cloud.trainer_accelerator_type,
                             accelerator_count=cloud.trainer_accelerator_count)
+    from components.trainer import run_fn
+
     return {
+        # run_fn fails when the job's machine shows fewer GPUs than this.
+        run_fn.REQUIRED_GPUS_KEY: cloud.trainer_accelerator_count,
         vertex.ENABLE_VERTEX_KEY: True,
         vertex.VERTEX_REGION_KEY: cloud.region,
         vertex.TRAINING_ARGS_KEY: {

@@ -84,16 +84,20 @@ BEAM_FLAG_ENVIRONMENT = {
 IN_PROCESS_BELOW_IMAGES = 800
 
 
-def beam_flag_values(runtime: config_lib.RuntimeConfig, num_images: Optional[int] = None) -> dict:
+def beam_flag_values(runtime: config_lib.RuntimeConfig, num_images: Optional[int] = None,
+                     gpus: int = 0) -> dict:
     """``{flag: value}`` for :data:`BEAM_FLAG_ENVIRONMENT`. ``runtime.direct_num_workers``
     workers when set (in-process for 1); otherwise in-process for datasets under
-    :data:`IN_PROCESS_BELOW_IMAGES` images (``num_images``), one worker per core above."""
+    :data:`IN_PROCESS_BELOW_IMAGES` images (``num_images``), one worker per core above, and
+    at most one per GPU where ``gpus`` are visible (each worker loads its own ResNet50 there)."""
     if runtime.direct_num_workers:
         workers = runtime.direct_num_workers
     elif num_images is not None and num_images < IN_PROCESS_BELOW_IMAGES:
         workers = 1
     else:
         workers = os.cpu_count() or 1
+        if gpus:
+            workers = min(workers, gpus)
     return {"runner": runtime.beam_runner,
             "direct_running_mode": "multi_processing" if workers > 1 else "in_memory",
             "direct_num_workers": str(workers)}
@@ -142,8 +146,11 @@ def run_pipeline(pipeline_config: config_lib.PipelineConfig) -> None:
 
     output_dir = os.path.abspath(pipeline_config.runtime.output_dir)
     os.makedirs(os.path.dirname(metadata_path(output_dir)), exist_ok=True)
+    import tensorflow as tf
+
     num_images = count_image_files(pipeline_config.data)
-    for flag, value in beam_flag_values(pipeline_config.runtime, num_images).items():
+    gpus = len(tf.config.list_physical_devices("GPU"))
+    for flag, value in beam_flag_values(pipeline_config.runtime, num_images, gpus).items():
         os.environ[BEAM_FLAG_ENVIRONMENT[flag]] = value
     tfx.orchestration.LocalDagRunner().run(create_pipeline(
         pipeline_config,

@@ -76,8 +76,9 @@ DEMO_SETTINGS = {
     "evaluation.with_meteor": "false",
     "evaluation.report_images": "2",
 }
-# What the rehearsal always sets: Beam on DirectRunner, the Trainer on Vertex (run locally), its
-# own bucket and project, and random ResNet50 weights explicitly allowed (no weights file here).
+# What the rehearsal always sets: Beam on DirectRunner, the Trainer on Vertex (run locally) with
+# no GPU, its own bucket and project, and random ResNet50 weights explicitly allowed (no weights
+# file here).
 REHEARSAL_SETTINGS = {
     "cloud.dataflow": "false",
     "cloud.vertex_training": "true",
@@ -85,6 +86,8 @@ REHEARSAL_SETTINGS = {
     "cloud.region": REGION,
     "cloud.bucket": BUCKET,
     "cloud.allow_random_resnet_weights": "true",
+    # No GPU here: the CustomJob asks for none (a job asking for GPUs fails where none is visible).
+    "cloud.trainer_accelerator_count": "0",
 }
 
 

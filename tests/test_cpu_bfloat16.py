@@ -27,6 +27,9 @@ def test_auto_is_on_only_for_native_bfloat16_cpus_with_onednn(tmp_path, monkeypa
     assert not cpu_bfloat16.resolve("auto", str(tmp_path / "no_such_cpuinfo"))
     assert cpu_bfloat16.resolve("on", _cpuinfo(tmp_path, "avx2"))
     assert not cpu_bfloat16.resolve("off", _cpuinfo(tmp_path, "avx512_bf16"))
+    # A GPU host with an AMX CPU: the model runs on the GPU, the CPU rewrite would gain nothing.
+    assert not cpu_bfloat16.resolve("auto", _cpuinfo(tmp_path, "amx_bf16"), gpu_visible=True)
+    assert cpu_bfloat16.resolve("on", _cpuinfo(tmp_path, "amx_bf16"), gpu_visible=True)
     monkeypatch.setenv("TF_ENABLE_ONEDNN_OPTS", "0")
     assert not cpu_bfloat16.resolve("auto", _cpuinfo(tmp_path, "avx512_bf16"))
     with pytest.raises(ValueError, match="auto"):

@@ -173,9 +173,14 @@ class ResNet50FeatureHandler(ModelHandler[bytes, Tuple[np.ndarray, str], object]
 
         from components import resnet_features
 
+        gpus = tf.config.list_physical_devices("GPU")
+        for gpu in gpus:
+            # By default TensorFlow reserves nearly all of a GPU's memory for the first process:
+            # a second worker on the same machine would fail to allocate any.
+            tf.config.experimental.set_memory_growth(gpu, True)
         extractor = resnet_features.build_feature_extractor(self._features)
         # Resolved where the model runs: a Dataflow worker's CPU, not the launching machine's.
-        self._bfloat16 = cpu_bfloat16.resolve(self._features.onednn_bfloat16)
+        self._bfloat16 = cpu_bfloat16.resolve(self._features.onednn_bfloat16, gpu_visible=bool(gpus))
         # A traced function runs ResNet50 about 1.9x faster than eager calls on CPU.
         return tf.function(lambda images: resnet_features.features_from_image_bytes(
             extractor, images, self._features))

@@ -59,6 +59,24 @@ class NonFiniteLossError(RuntimeError):
 MIN_KERAS_VERSION = (3, 8)
 
 
+# custom_config key: the GPUs the machine was asked for (the Vertex AI training job's worker pool).
+REQUIRED_GPUS_KEY = "required_gpus"
+
+
+def check_required_gpus(required: int, visible: Optional[int] = None) -> None:
+    """Fails when fewer GPUs are visible than the job asked for: a GPU job that silently
+    trained on the CPU would take days and look like it worked."""
+    if visible is None:
+        visible = len(tf.config.list_physical_devices("GPU"))
+    if visible < required:
+        raise RuntimeError(
+            f"The training job asked for {required} GPU(s) (cloud.trainer_accelerator_count) but "
+            f"TensorFlow sees {visible}: check the machine's accelerators and the image's CUDA "
+            f"libraries (nvidia-smi; python -c \"import tensorflow as tf; "
+            f"print(tf.config.list_physical_devices('GPU'))\"), or set "
+            f"cloud.trainer_accelerator_count={visible} to train without them.")
+
+
 def check_keras_version(version: str = keras.__version__) -> None:
     """Refuses a Keras older than :data:`MIN_KERAS_VERSION`, naming both versions."""
     found = tuple(int(part) for part in re.findall(r"\d+", version)[:2])
@@ -227,7 +245,8 @@ def _train(pipeline_config, train_files, eval_files, transform_output_dir, model
         progress,
         *extra_callbacks,
     ]
-    bfloat16 = cpu_bfloat16.resolve(trainer.onednn_bfloat16)
+    bfloat16 = cpu_bfloat16.resolve(trainer.onednn_bfloat16,
+                                    gpu_visible=bool(tf.config.list_logical_devices("GPU")))
     logging.info("oneDNN bfloat16 rewrite of the train step: %s (trainer.onednn_bfloat16=%s).",
                  "on" if bfloat16 else "off", trainer.onednn_bfloat16)
     with cpu_bfloat16.rewrite(bfloat16):
@@ -261,6 +280,7 @@ def run_fn(fn_args) -> None:
     """TFX Trainer entry point (``Trainer(run_fn="components.trainer.run_fn.run_fn")``)."""
     check_keras_version()
     custom_config = fn_args.custom_config or {}
+    check_required_gpus(int(custom_config.get(REQUIRED_GPUS_KEY, 0)))
     config_json = custom_config["pipeline_config"]
     pipeline_config = config_lib.PipelineConfig.from_json(config_json)
     backup_root = custom_config.get("backup_root") or os.path.join(fn_args.model_run_dir, "backup")

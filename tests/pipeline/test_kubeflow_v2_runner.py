@@ -81,6 +81,7 @@ def test_trainer_is_a_vertex_training_job_on_a_gpu_worker_pool(compiled):
     custom_config = json.loads(
         task["inputs"]["parameters"]["custom_config"]["runtimeValue"]["constant"])
     assert custom_config["ai_platform_enable_vertex"] is True
+    assert custom_config["required_gpus"] == 4  # run_fn fails if the job's machine shows fewer
     assert custom_config["ai_platform_vertex_region"] == "europe-west4"
     (pool,) = custom_config["ai_platform_training_args"]["worker_pool_specs"]
     assert pool["machine_spec"] == {"machine_type": "n1-standard-16", "accelerator_type": "NVIDIA_L4",

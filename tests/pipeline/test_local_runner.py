@@ -83,6 +83,10 @@ def test_small_datasets_run_beam_in_process_large_ones_on_every_core(tmp_path, m
     assert unknown["direct_running_mode"] == "multi_processing"
     forced = local_runner.beam_flag_values(config_lib.RuntimeConfig(direct_num_workers=2), 300)
     assert (forced["direct_running_mode"], forced["direct_num_workers"]) == ("multi_processing", "2")
+    # On a GPU machine each worker loads its own ResNet50 on a GPU: at most one per GPU.
+    one_gpu = local_runner.beam_flag_values(runtime, 5000, gpus=1)
+    assert (one_gpu["direct_running_mode"], one_gpu["direct_num_workers"]) == ("in_memory", "1")
+    assert local_runner.beam_flag_values(runtime, 5000, gpus=2)["direct_num_workers"] == "2"
 
 COMPONENTS = ["Flickr8kExampleGen", "ImportSchemaGen", "latest_blessed_model_resolver", "StatisticsGen",
               "ExampleValidator", "ExampleValidationGate", "Transform", "Trainer", "CaptionEvaluator",
