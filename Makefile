@@ -50,6 +50,7 @@ KFP_ARGS := $(if $(PROJECT),--project=$(PROJECT)) --region=$(REGION) $(if $(BUCK
 help:
 	@echo "make pipeline-local   run the pipeline (demo data unless DATA_DIR=...)"
 	@echo "make test             run the test suite (installs .venv first if needed)"
+	@echo "make test-fast        the tests not marked slow or e2e (about a minute)"
 	@echo "make demo-data        generate the demo dataset under OUTPUT_DIR/demo_data"
 	@echo "make pipeline-compile write the Kubeflow Pipelines v2 / Vertex AI pipeline JSON"
 	@echo "make pipeline-rehearse compile, then run the compiled Vertex pipeline here (TFX's task entrypoint)"
@@ -77,7 +78,7 @@ check-java:
 test: $(STAMP) check-java
 	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder --durations=15 $(PYTEST_ARGS)
 
-# While developing: no slow or e2e tests (under 5 minutes on 2 cores).
+# While developing: no slow or e2e tests (about a minute on 2 cores).
 test-fast: $(STAMP) check-java
 	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder -m "not slow and not e2e" --durations=5 $(PYTEST_ARGS)
 

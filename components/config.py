@@ -480,7 +480,7 @@ def parse_override_args(assignments: typing.Iterable[str]) -> dict:
 # The command-line flags every entry point shares, and the config key each one sets.
 CONFIG_FLAGS = {
     "output_dir": ("runtime.output_dir", "where every output goes"),
-    "data_dir": ("data.data_dir", "Flickr8k-layout folder, local or gs:// (default: demo data)"),
+    "data_dir": ("data.data_dir", "Flickr8k-layout folder, local or gs://"),
     "glove": ("transform.glove_path", "GloVe .txt, .txt.gz or Stanford .zip"),
     "resnet_weights": ("features.resnet_weights",
                        "'random', 'imagenet' (Keras cache) or a weights file path/URI"),
@@ -491,12 +491,18 @@ CONFIG_FLAGS = {
 }
 
 
+# What an optional flag left out means, said in its help.
+OPTIONAL_FLAG_DEFAULTS = {"data_dir": "the generated demo data"}
+
+
 def add_config_flags(parser: argparse.ArgumentParser, names: typing.Sequence[str],
                      required: typing.Sequence[str] = ()) -> argparse.ArgumentParser:
     """Adds ``--NAME`` for each of ``names`` (keys of :data:`CONFIG_FLAGS`) and ``--set``."""
     for name in names:
+        default = "" if name in required or name not in OPTIONAL_FLAG_DEFAULTS else \
+            f"; default: {OPTIONAL_FLAG_DEFAULTS[name]}"
         parser.add_argument(f"--{name}", default="", required=name in required,
-                            help=f"{CONFIG_FLAGS[name][1]} ({CONFIG_FLAGS[name][0]})")
+                            help=f"{CONFIG_FLAGS[name][1]} ({CONFIG_FLAGS[name][0]}{default})")
     parser.add_argument("--set", action="append", default=[], metavar="SECTION.FIELD=VALUE",
                         help="any other config override; repeatable")
     return parser

@@ -4,8 +4,9 @@ Decides paths only: builds the :class:`~components.config.PipelineConfig` from
 the command line (``--data_dir``, ``--glove``, ``--resnet_weights``,
 ``--output_dir``, ``--set section.field=value``), generates the demo dataset
 when no data folder is given, and runs :func:`pipeline.pipeline.create_pipeline`
-with ``LocalDagRunner``, a SQLite ML Metadata store and Beam's DirectRunner in
-multi-processing mode, then prints where the outputs are.
+with ``LocalDagRunner``, a SQLite ML Metadata store and Beam's DirectRunner
+(in-process below 800 images, one worker per core above), then prints where
+the outputs are.
 """
 
 from __future__ import annotations

@@ -51,3 +51,26 @@ def test_every_make_target_the_readme_names_is_in_the_makefile():
         targets = set(re.findall(r"^([a-z][a-z-]*):", stream.read(), flags=re.MULTILINE))
     shown = set(re.findall(r"\bmake ([a-z][a-z-]*)", _readme()))
     assert shown and shown <= targets, sorted(shown - targets)
+
+
+def test_make_help_lists_every_target_the_readme_names():
+    import subprocess
+
+    shown = set(re.findall(r"\bmake ([a-z][a-z-]*)", _readme()))
+    listed = subprocess.run(["make", "--no-print-directory", "help"], cwd=ROOT, capture_output=True,
+                            text=True, check=True, timeout=60).stdout
+    named = set(re.findall(r"\b([a-z][a-z-]+)\b", listed))
+    assert shown - {"help"} <= named, sorted(shown - named)
+
+
+def test_the_load_snippet_finds_the_version_directories_the_pusher_writes(tmp_path, monkeypatch):
+    """The README's Python snippet picks the newest numbered version, whatever its number."""
+    snippet = re.search(r'newest = (max\(glob\.glob\("outputs/serving_model/\[0-9\]\*"\).*\))\n',
+                        _readme()).group(1)
+    for version in ("1796300000", "1796300012", ".staging-1796300013-1-abc"):
+        (tmp_path / "outputs" / "serving_model" / version).mkdir(parents=True)
+    monkeypatch.chdir(tmp_path)
+    import glob
+
+    newest = eval(snippet, {"glob": glob, "os": os})  # noqa: S307 (the README's own expression)
+    assert newest == os.path.join("outputs", "serving_model", "1796300012")
