@@ -13,6 +13,7 @@ is exit status 2.
 
 import argparse
 import os
+import re
 import sys
 from typing import List, Optional, Sequence, Tuple
 
@@ -69,18 +70,31 @@ def caption_images(model_dir: str, images: List[bytes], beam_width: int = 0) -> 
             for caption, error in zip(outputs["caption"].numpy(), outputs["error"].numpy(), strict=True)]
 
 
+def refusal_reason(message: str) -> str:
+    """The model's own reason in a TensorFlow error (an assertion's message, e.g.
+    ``beam_width must be in 1..16 (export.max_beam_width)``), not "Graph execution error:"."""
+    assertion = re.search(r"assertion failed: \[([^\]]+)\]", message)
+    if assertion:
+        return assertion.group(1)
+    lines = [line.strip() for line in message.strip().splitlines()
+             if line.strip() and line.strip() != "Graph execution error:"]
+    return lines[0] if lines else message.strip()
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m components.serving.captioner", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     commands = parser.add_subparsers(dest="command", required=True)
     caption = commands.add_parser("caption", help="caption image files")
     caption.add_argument("--model", required=True, help="SavedModel or push destination directory")
-    caption.add_argument("--beam-width", type=int, default=0,
-                         help="beam search with this width (default: greedy)")
+    caption.add_argument("--beam-width", type=int, default=None,
+                         help="beam search with this width, 1 to the model's export.max_beam_width "
+                              "(default: greedy decoding)")
     caption.add_argument("images", nargs="+", help="JPEG/PNG files")
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)
-    if args.beam_width < 0:
-        parser.error("--beam-width must be >= 1 (or 0 for greedy)")
+    if args.beam_width is not None and args.beam_width < 1:
+        parser.error(f"--beam-width {args.beam_width}: a beam holds at least 1 caption; leave "
+                     "--beam-width out for greedy decoding")
     try:
         model_dir = resolve_model_dir(args.model)
     except ModelDirError as error:
@@ -94,9 +108,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         import tensorflow as tf
 
         try:
-            captions = caption_images(model_dir, [image for _, image in readable], args.beam_width)
+            captions = caption_images(model_dir, [image for _, image in readable], args.beam_width or 0)
         except tf.errors.InvalidArgumentError as error:  # a request the model refuses whole
-            print(f"error: {error.message.strip().splitlines()[0]}", file=sys.stderr)
+            print(f"error: {refusal_reason(error.message)}", file=sys.stderr)
             return EXIT_BAD_INPUT
         for (path, _), (text, error) in zip(readable, captions, strict=True):
             if error:

@@ -539,6 +539,17 @@ def test_command_line_captioner(trained, tmp_path, capsys):
     assert captioner.main(["caption", "--model", str(empty), paths[0]]) == captioner.EXIT_BAD_MODEL
     assert "No SavedModel in" in capsys.readouterr().err
 
+    # A width over the model's limit: the model's own reason, not "Graph execution error:".
+    assert captioner.main(["caption", "--model", trained["serving_model"], "--beam-width", "17",
+                           paths[0]]) == captioner.EXIT_BAD_INPUT
+    assert capsys.readouterr().err.strip() == \
+        "error: beam_width must be in 1..16 (export.max_beam_width)"
+    # 0 used to mean greedy without a word; it is refused, greedy is the flag left out.
+    with pytest.raises(SystemExit) as exited:
+        captioner.main(["caption", "--model", trained["serving_model"], "--beam-width", "0", paths[0]])
+    assert exited.value.code == 2
+    assert "leave --beam-width out for greedy decoding" in capsys.readouterr().err
+
 
 def test_captioner_picks_the_newest_complete_version_of_a_push_destination(trained, tmp_path):
     destination = tmp_path / "pushed"
