@@ -299,22 +299,39 @@ class PipelineConfig:
         return cls.from_dict(json.loads(text))
 
     def with_overrides(self, overrides: Mapping[str, str]) -> PipelineConfig:
-        """Applies ``{"trainer.epochs": "3", ...}`` with values parsed by field type."""
+        """Applies ``{"trainer.epochs": "3", ...}`` with values parsed by field type.
+
+        Raises one :class:`ConfigError` naming every unknown key and every value that does not
+        parse, together with the range problems of the overrides that did (``validate``)."""
         values = self.to_dict()
+        problems = []
         for dotted_key, raw_value in overrides.items():
             section_name, _, field_name = dotted_key.partition(".")
             section_type = _field_types(PipelineConfig).get(section_name)
             if section_type is None or not field_name:
-                raise ValueError(
+                problems.append(
                     f"Unknown config key {dotted_key!r}: expected <section>.<field> with "
                     f"section one of {sorted(_field_types(PipelineConfig))}.")
+                continue
             field_type = _field_types(section_type).get(field_name)
             if field_type is None:
-                raise ValueError(
+                problems.append(
                     f"Unknown config key {dotted_key!r}: {section_name} has fields "
                     f"{sorted(_field_types(section_type))}.")
-            values[section_name][field_name] = _parse_value(dotted_key, raw_value, field_type)
-        return PipelineConfig.from_dict(values)
+                continue
+            try:
+                values[section_name][field_name] = _parse_value(dotted_key, raw_value, field_type)
+            except ValueError as error:
+                problems.append(str(error))
+        pipeline_config = PipelineConfig.from_dict(values)
+        if problems:
+            try:
+                pipeline_config.validate()
+            except ConfigError as error:
+                problems += str(error).splitlines()[1:]
+            raise ConfigError("Invalid configuration:\n  " + "\n  ".join(
+                problem.strip() for problem in problems))
+        return pipeline_config
 
 
 def _problem(key: str, value: Any, allowed: str) -> str:
@@ -561,9 +578,9 @@ def _parse_value(key: str, raw_value: str, field_type: Any) -> Any:
     try:
         if field_type is bool:
             lowered = raw_value.strip().lower()
-            if lowered not in ("true", "false", "1", "0", "yes", "no"):
+            if lowered not in ("true", "false"):
                 raise ValueError(raw_value)
-            return lowered in ("true", "1", "yes")
+            return lowered == "true"
         if field_type is int:
             return int(raw_value)
         if field_type is float:
@@ -573,10 +590,10 @@ def _parse_value(key: str, raw_value: str, field_type: Any) -> Any:
                 item for item in raw_value.split(",") if item]
             return [_coerce_scalar(item) for item in parsed]
         return raw_value
-    except ValueError as error:
-        raise ValueError(
-            f"Config override {key}={raw_value!r} is not a valid "
-            f"{getattr(field_type, '__name__', field_type)}.") from error
+    except ValueError:
+        expected = "bool (true or false)" if field_type is bool else \
+            getattr(field_type, "__name__", field_type)
+        raise ValueError(f"Config override {key}={raw_value!r} is not a valid {expected}.") from None
 
 
 def _coerce_scalar(item: Any) -> Any:

@@ -225,7 +225,11 @@ def _parse_args(argv: Sequence[str]) -> argparse.Namespace:
 def main(argv: Optional[List[str]] = None) -> int:
     logging.set_verbosity(logging.INFO)
     args = _parse_args(sys.argv[1:] if argv is None else argv)
-    pipeline_config = build_config(args)
+    try:
+        pipeline_config = build_config(args)
+    except ValueError as error:  # config_lib.ConfigError among them: a paragraph, no traceback
+        print(error, file=sys.stderr)
+        return 2
     try:
         path = compile_pipeline(pipeline_config, args.output_file,
                                 fingerprint_data=not args.no_data_fingerprint,

@@ -280,11 +280,21 @@ def main(argv: Optional[List[str]] = None) -> int:
     logging.set_verbosity(logging.INFO)
     args = _parse_args(sys.argv[1:] if argv is None else argv)
     if args.command == "demo-data":
-        pipeline_config = resolve_data(build_config(args))
+        try:
+            pipeline_config = resolve_data(build_config(args))
+        except ValueError as error:
+            print(error, file=sys.stderr)
+            return 2
         print(f"Demo dataset: {pipeline_config.data.data_dir}")
         print(f"Synthetic GloVe file: {pipeline_config.transform.glove_path}")
         return 0
-    pipeline_config = build_config(args)  # a bad override stops here, before any log file
+    try:
+        pipeline_config = build_config(args)  # a bad override stops here, before any log file
+    except ValueError as error:  # config_lib.ConfigError among them: a paragraph, no traceback
+        if args.verbose:
+            raise
+        print(error, file=sys.stderr)
+        return 2
     with console.run_log(pipeline_config.runtime.output_dir, verbose=args.verbose) as run:
         try:
             pipeline_config = resolve_data(pipeline_config)

@@ -121,3 +121,26 @@ def test_defaults_and_flags_give_a_valid_config():
     assert pipeline_config.trainer.epochs == 3 and pipeline_config.validate() is pipeline_config
     with pytest.raises(config_lib.ConfigError, match="trainer.epochs=0"):
         config_lib.config_from_flags(parser.parse_args(["--set", "trainer.epochs=0"]))
+
+
+def test_every_bad_override_is_named_at_once_unknown_keys_types_and_ranges():
+    with pytest.raises(config_lib.ConfigError) as raised:
+        config_lib.PipelineConfig().with_overrides({
+            "trainer.epoch": "5", "trainer.dropout_rate": "1.5", "evaluation.beam_width": "abc"})
+    message = str(raised.value)
+    assert "Unknown config key 'trainer.epoch'" in message
+    assert "evaluation.beam_width='abc' is not a valid int" in message
+    assert "trainer.dropout_rate=1.5" in message
+    assert raised.value.__cause__ is None and raised.value.__context__ is None
+
+
+@pytest.mark.parametrize("spelling, value", [("true", True), ("False", False), ("TRUE", True)])
+def test_booleans_are_true_or_false(spelling, value):
+    assert config_lib.PipelineConfig().with_overrides(
+        {"trainer.deterministic": spelling}).trainer.deterministic is value
+
+
+@pytest.mark.parametrize("spelling", ["yes", "no", "1", "0", "on"])
+def test_other_boolean_spellings_are_refused(spelling):
+    with pytest.raises(config_lib.ConfigError, match=r"not a valid bool \(true or false\)"):
+        config_lib.PipelineConfig().with_overrides({"trainer.deterministic": spelling})

@@ -97,8 +97,12 @@ def main(argv: Optional[List[str]] = None) -> int:
     config_lib.add_config_flags(parser, ("data_dir", "resnet_weights"), required=("data_dir",))
     args, beam_args = parser.parse_known_args(sys.argv[1:] if argv is None else argv)
     # --output_dir is this job's records directory here, not runtime.output_dir.
-    pipeline_config = config_lib.config_from_flags(argparse.Namespace(**{
-        name: value for name, value in vars(args).items() if name != "output_dir"}))
+    try:
+        pipeline_config = config_lib.config_from_flags(argparse.Namespace(**{
+            name: value for name, value in vars(args).items() if name != "output_dir"}))
+    except ValueError as error:  # config_lib.ConfigError among them: a paragraph, no traceback
+        print(error, file=sys.stderr)
+        return 2
     summary = beam_job.run_ingestion(
         beam.Pipeline(options=PipelineOptions(beam_args)), pipeline_config, args.output_dir)
     log_summary(summary, args.output_dir)

@@ -27,6 +27,27 @@ def test_unknown_override_stops_the_run(tmp_path):
         local_runner.build_config(args)
 
 
+def test_bad_settings_are_one_paragraph_naming_each_with_no_traceback(tmp_path):
+    import subprocess
+    import sys
+
+    from tests.paths import REPO_ROOT
+
+    completed = subprocess.run(
+        [sys.executable, "-m", "pipeline.local_runner", "run", f"--output_dir={tmp_path}",
+         "--set", "trainer.epoch=5", "--set", "trainer.dropout_rate=1.5",
+         "--set", "evaluation.beam_width=abc", "--set", "trainer.deterministic=yes"],
+        cwd=REPO_ROOT, capture_output=True, text=True, timeout=120, check=False)
+    assert completed.returncode == 2 and completed.stdout == ""
+    lines = completed.stderr.strip().splitlines()
+    assert lines[0] == "Invalid configuration:" and len(lines) == 5, completed.stderr
+    for expected in ("Unknown config key 'trainer.epoch'", "evaluation.beam_width='abc' is not a valid int",
+                     "trainer.deterministic='yes' is not a valid bool (true or false)",
+                     "trainer.dropout_rate=1.5: must be in [0, 1)"):
+        assert any(expected in line for line in lines[1:]), (expected, completed.stderr)
+    assert not os.path.exists(tmp_path / "logs")  # stopped before any run
+
+
 def test_demo_data_generated_once(tmp_path):
     argv = ["demo-data", f"--output_dir={tmp_path}", "--set", "data.demo_num_images=5"]
     assert local_runner.main(argv) == 0
