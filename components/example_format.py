@@ -28,6 +28,8 @@ FEATURE_BYTES = FEATURE_POSITIONS * FEATURE_DEPTH * 2
 # serving model's assets.extra/), and the Trainer's per-epoch history.
 FACTS_FILE = "caption_facts.json"
 HISTORY_FILE = "history.json"
+# The generated demo's synthetic GloVe file is named so; facts naming it mean demo training data.
+DEMO_GLOVE_PREFIX = "synthetic_glove.demo."
 
 
 def split_dir(root: str, split: str) -> str:

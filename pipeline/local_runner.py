@@ -49,7 +49,7 @@ def resolve_data(pipeline_config: config_lib.PipelineConfig) -> config_lib.Pipel
     if os.path.exists(marker):
         logging.info("Using the demo dataset already generated in %s", demo_dir)
         glove_path = os.path.join(demo_dir, "glove",
-                                  f"synthetic_glove.demo.{demo_data.SYNTHETIC_GLOVE_DIM}d.txt")
+                                  f"{example_format.DEMO_GLOVE_PREFIX}{demo_data.SYNTHETIC_GLOVE_DIM}d.txt")
     else:
         logging.info("Generating the demo dataset (%d images, seed %d, %s layout) in %s",
                      data.demo_num_images, data.demo_seed, "COCO" if coco_layout else "Flickr8k",

@@ -100,8 +100,11 @@ def evaluate_model(saved_model, examples_dir: str, settings: config_lib.Evaluati
     return splits
 
 
-def blessing_decision(splits: dict, settings: config_lib.EvaluationConfig):
-    """(blessed, reasons): the rules of the module docstring, each reason a sentence."""
+def blessing_decision(splits: dict, settings: config_lib.EvaluationConfig,
+                      evaluated_again: bool = False):
+    """(blessed, reasons): the rules of the module docstring, each reason a sentence.
+    ``evaluated_again``: the latest blessed model is this very model (a rerun of the evaluator),
+    so there is no other blessed model to compare with, and the reason says so."""
     if settings.bless_split not in splits:
         raise ValueError(f"evaluation.bless_split {settings.bless_split!r} is not among the "
                          f"evaluated splits {list(splits)}.")
@@ -138,7 +141,8 @@ def blessing_decision(splits: dict, settings: config_lib.EvaluationConfig):
         reasons.append(f"{name} {value:.4f} on {settings.bless_split}: at or above the threshold "
                        f"{settings.bless_threshold:.4f}, above both image-blind baselines"
                        + (", not worse than the latest blessed model" if BASELINE_MODEL_ROW in metrics
-                          else "; no earlier blessed model to compare with"))
+                          else "; this model is already the latest blessed model (evaluated again)"
+                          if evaluated_again else "; no earlier blessed model to compare with"))
     return blessed, reasons
 
 
@@ -157,7 +161,7 @@ def metrics_table(splits: dict) -> str:
 
 def run_evaluation(examples_uri: str, model_uri: str, model_run_uri: str, evaluation_uri: str,
                    pipeline_config: config_lib.PipelineConfig,
-                   baseline_model_uri: Optional[str] = None) -> dict:
+                   baseline_model_uri: Optional[str] = None, evaluated_again: bool = False) -> dict:
     """Evaluates, decides, writes metrics.json and report.html; returns the metrics document."""
     from components.evaluation import report
 
@@ -166,7 +170,7 @@ def run_evaluation(examples_uri: str, model_uri: str, model_run_uri: str, evalua
     saved_model = tf.saved_model.load(model_uri)
     baseline = tf.saved_model.load(baseline_model_uri) if baseline_model_uri else None
     splits = evaluate_model(saved_model, examples_uri, settings, baseline)
-    blessed, reasons = blessing_decision(splits, settings)
+    blessed, reasons = blessing_decision(splits, settings, evaluated_again)
     document = {"blessed": blessed, "reasons": reasons, "bless_split": settings.bless_split,
                 "bless_metric": settings.bless_metric, "beam_width": settings.beam_width,
                 "baseline_model": baseline_model_uri or None, "splits": splits}
@@ -226,7 +230,8 @@ class Executor(evaluator_executor.Executor):
         if baseline_model is not None and baseline_model.id != model.id:
             baseline_uri = path_utils.serving_model_path(baseline_model.uri)
         document = run_evaluation(examples.uri, path_utils.serving_model_path(model.uri),
-                                  model_run.uri, evaluation.uri, config, baseline_uri)
+                                  model_run.uri, evaluation.uri, config, baseline_uri,
+                                  evaluated_again=baseline_model is not None and baseline_uri is None)
         mark_blessing(blessing, document, model, baseline_model)
 
 

@@ -27,6 +27,7 @@ import numpy as np
 from PIL import Image, ImageDraw, ImageFilter
 
 from components import config as config_lib
+from components import example_format
 from components.ingestion import flickr8k
 
 COLOURS: Dict[str, Tuple[int, int, int]] = {
@@ -276,7 +277,7 @@ def _write_json(path: str, value) -> None:
 def _write_glove_and_readme(output_dir: str, seed: int, what: str) -> str:
     glove_dir = os.path.join(output_dir, "glove")
     os.makedirs(glove_dir, exist_ok=True)
-    glove_path = os.path.join(glove_dir, f"synthetic_glove.demo.{SYNTHETIC_GLOVE_DIM}d.txt")
+    glove_path = os.path.join(glove_dir, f"{example_format.DEMO_GLOVE_PREFIX}{SYNTHETIC_GLOVE_DIM}d.txt")
     write_synthetic_glove(glove_path, demo_vocabulary() + list(DISTRACTOR_WORDS),
                           SYNTHETIC_GLOVE_DIM, seed)
     with open(os.path.join(output_dir, "README.txt"), "w", encoding="utf-8") as stream:

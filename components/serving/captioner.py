@@ -12,6 +12,7 @@ is exit status 2.
 """
 
 import argparse
+import json
 import os
 import re
 import sys
@@ -41,6 +42,25 @@ def resolve_model_dir(path: str) -> str:
             return candidate
     raise ModelDirError(f"No SavedModel in {path}: neither {path}/saved_model.pb nor a numbered "
                         "version directory with one (is this the Trainer's or Pusher's output?).")
+
+
+def demo_model_note(model_dir: str) -> str:
+    """A warning when the model's own facts say it was trained on the generated demo data, whose
+    captions are about coloured shapes; empty otherwise (or without facts)."""
+    import tensorflow as tf
+
+    from components import example_format
+
+    path = os.path.join(model_dir, "assets.extra", example_format.FACTS_FILE)
+    if not tf.io.gfile.exists(path):
+        return ""
+    with tf.io.gfile.GFile(path) as stream:
+        glove_file = json.load(stream).get("embedding", {}).get("glove_file", "")
+    if not glove_file.startswith(example_format.DEMO_GLOVE_PREFIX):
+        return ""
+    return (f"note: {model_dir} was trained on the generated demo data (coloured shapes on noise; "
+            f"its GloVe file was {glove_file}): it describes shapes, not photos. Train on real "
+            "data for real captions (README, \"Running on real Flickr8k and GloVe 6B\").")
 
 
 def read_images(paths: Sequence[str]):
@@ -100,6 +120,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except ModelDirError as error:
         print(f"error: {error}", file=sys.stderr)
         return EXIT_BAD_MODEL
+    note = demo_model_note(model_dir)
+    if note:
+        print(note, file=sys.stderr)
     readable, errors = read_images(args.images)
     for message in errors:
         print(f"error: {message}", file=sys.stderr)

@@ -70,6 +70,14 @@ def test_non_finite_metric_or_bound_never_blesses(splits, settings, reason):
     assert any(reason in text and "not a finite number" in text for text in reasons), reasons
 
 
+def test_a_model_evaluated_again_is_told_from_a_first_model():
+    _, first = evaluator.blessing_decision(_document(0.3), SETTINGS)
+    _, again = evaluator.blessing_decision(_document(0.3), SETTINGS, evaluated_again=True)
+    assert "no earlier blessed model" in first[0] and "already the latest blessed model" not in first[0]
+    assert "already the latest blessed model (evaluated again)" in again[0]
+    assert "no earlier blessed model" not in again[0]
+
+
 def test_unknown_bless_metric_or_split_is_a_clear_error():
     with pytest.raises(ValueError, match="bless_metric 'BLEU-5'"):
         evaluator.blessing_decision(_document(0.3), dataclasses.replace(SETTINGS, bless_metric="BLEU-5"))

@@ -521,8 +521,11 @@ def test_command_line_captioner(trained, tmp_path, capsys):
         images=tf.constant(images))["caption"].numpy()
 
     assert captioner.main(["caption", "--model", trained["serving_model"], *paths]) == 0
-    lines = capsys.readouterr().out.strip().splitlines()
+    captured = capsys.readouterr()
+    lines = captured.out.strip().splitlines()
     assert lines == [f"{path}\t{caption.decode()}" for path, caption in zip(paths, served, strict=True)]
+    # The model's own facts say it learnt from the generated demo data: the user is told.
+    assert captured.err.startswith("note: ") and "trained on the generated demo data" in captured.err
 
     not_an_image = tmp_path / "notes.jpg"
     not_an_image.write_text("this is text")
@@ -542,7 +545,7 @@ def test_command_line_captioner(trained, tmp_path, capsys):
     # A width over the model's limit: the model's own reason, not "Graph execution error:".
     assert captioner.main(["caption", "--model", trained["serving_model"], "--beam-width", "17",
                            paths[0]]) == captioner.EXIT_BAD_INPUT
-    assert capsys.readouterr().err.strip() == \
+    assert capsys.readouterr().err.strip().splitlines()[-1] == \
         "error: beam_width must be in 1..16 (export.max_beam_width)"
     # 0 used to mean greedy without a word; it is refused, greedy is the flag left out.
     with pytest.raises(SystemExit) as exited:
