@@ -45,7 +45,7 @@ KFP_ARGS := $(if $(PROJECT),--project=$(PROJECT)) --region=$(REGION) $(if $(BUCK
 	$(foreach assignment,$(SET),--set=$(assignment))
 
 .PHONY: help install check-java test test-fast lint bench demo-data pipeline-local pipeline-compile \
-	pipeline-rehearse pipeline-vertex clean
+	pipeline-rehearse pipeline-vertex settings clean
 
 help:
 	@echo "make pipeline-local   run the pipeline (demo data unless DATA_DIR=...)"
@@ -55,6 +55,7 @@ help:
 	@echo "make pipeline-compile write the Kubeflow Pipelines v2 / Vertex AI pipeline JSON"
 	@echo "make pipeline-rehearse compile, then run the compiled Vertex pipeline here (TFX's task entrypoint)"
 	@echo "make pipeline-vertex  compile and submit to Vertex AI (PROJECT=, REGION=, BUCKET=, DATA_DIR=)"
+	@echo "make settings         every SET= key with its default, type and allowed values"
 	@echo "make install | lint | bench | clean"
 
 $(STAMP): setup.py constraints.txt
@@ -87,6 +88,9 @@ lint: $(STAMP)
 
 bench: $(STAMP)
 	$(PY) -m benchmarks.run --output_dir=$(OUTPUT_DIR)/bench $(BENCH_ARGS)
+
+settings: $(STAMP)
+	@$(PY) -m pipeline.settings
 
 demo-data: $(STAMP)
 	$(PY) -m pipeline.local_runner demo-data $(RUN_ARGS)

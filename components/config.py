@@ -347,7 +347,24 @@ def _rules(section: str, checks) -> Any:
     def check(values) -> list:
         return [_problem(f"{section}.{name}", getattr(values, name), allowed)
                 for name, predicate, allowed in checks if not predicate(getattr(values, name))]
+    check.allowed = {f"{section}.{name}": allowed for name, _, allowed in checks}
     return check
+
+
+def describe_settings() -> list:
+    """``(key, default, type, allowed)`` for every setting, from the dataclasses and the rules
+    (``allowed`` is empty where no rule limits the field beyond its type)."""
+    rows = []
+    defaults = PipelineConfig()
+    for section, section_type in _field_types(PipelineConfig).items():
+        allowed = getattr(_SECTION_RULES.get(section), "allowed", {})
+        for name, field_type in _field_types(section_type).items():
+            key = f"{section}.{name}"
+            value = getattr(getattr(defaults, section), name)
+            type_name = "bool (true/false)" if field_type is bool else \
+                "list (a,b or JSON)" if field_type is tuple else field_type.__name__
+            rows.append((key, value, type_name, allowed.get(key, "")))
+    return rows
 
 
 def _at_least(minimum):

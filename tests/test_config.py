@@ -144,3 +144,20 @@ def test_booleans_are_true_or_false(spelling, value):
 def test_other_boolean_spellings_are_refused(spelling):
     with pytest.raises(config_lib.ConfigError, match=r"not a valid bool \(true or false\)"):
         config_lib.PipelineConfig().with_overrides({"trainer.deterministic": spelling})
+
+
+def test_settings_list_every_key_once_with_its_default_and_rule():
+    from pipeline import settings
+
+    rows = config_lib.describe_settings()
+    keys = [key for key, _, _, _ in rows]
+    defaults = config_lib.PipelineConfig().to_dict()
+    assert sorted(keys) == sorted(f"{section}.{name}" for section, fields in defaults.items()
+                                  for name in fields)
+    by_key = {key: (default, type_name, allowed) for key, default, type_name, allowed in rows}
+    assert by_key["trainer.epochs"] == (40, "int", "must be >= 1")
+    assert by_key["trainer.deterministic"][1] == "bool (true/false)"
+    text = settings.render(rows)
+    assert len(text.splitlines()) == len(rows) + 1 and "trainer.dropout_rate" in text
+    markdown = settings.render(rows, markdown=True)
+    assert markdown.count("\n| `") == len(rows)
