@@ -45,7 +45,7 @@ KFP_ARGS := $(if $(PROJECT),--project=$(PROJECT)) --region=$(REGION) $(if $(BUCK
 	$(foreach assignment,$(SET),--set=$(assignment))
 
 .PHONY: help install check-java test test-fast lint bench demo-data pipeline-local pipeline-compile \
-	pipeline-rehearse pipeline-vertex settings clean
+	pipeline-rehearse pipeline-vertex settings gpu-check clean
 
 help:
 	@echo "make pipeline-local   run the pipeline (demo data unless DATA_DIR=...)"
@@ -56,6 +56,7 @@ help:
 	@echo "make pipeline-rehearse compile, then run the compiled Vertex pipeline here (TFX's task entrypoint)"
 	@echo "make pipeline-vertex  compile and submit to Vertex AI (PROJECT=, REGION=, BUCKET=, DATA_DIR=)"
 	@echo "make settings         every SET= key with its default, type and allowed values"
+	@echo "make gpu-check        on a machine with GPUs: training and ResNet50 on them vs the CPU, one table"
 	@echo "make install | lint | bench | clean"
 
 $(STAMP): setup.py constraints.txt
@@ -88,6 +89,10 @@ lint: $(STAMP)
 
 bench: $(STAMP)
 	$(PY) -m benchmarks.run --output_dir=$(OUTPUT_DIR)/bench $(BENCH_ARGS)
+
+# One prepared run for a machine with GPUs (refuses without one); see benchmarks/gpu_check.py.
+gpu-check: $(STAMP)
+	$(PY) -m benchmarks.gpu_check --output_dir=$(OUTPUT_DIR)/gpu_check $(BENCH_ARGS)
 
 settings: $(STAMP)
 	@$(PY) -m pipeline.settings
