@@ -306,3 +306,36 @@ def test_is_plain_file_name():
     assert flickr8k.is_plain_file_name("2258277193_586949ec62.jpg.1")
     for bad in ("", ".", "..", "../x.jpg", "a/b.jpg", "a\\b.jpg", "/x.jpg", "x\x00.jpg", "C:x.jpg"):
         assert not flickr8k.is_plain_file_name(bad), bad
+
+
+def test_the_readmes_kaggle_recipe_reads_a_kaggle_layout_whole(tmp_path):
+    """Kaggle's Flickr8k: Images/ and a captions.txt CSV, no split lists. With the official split
+    lists copied into Flickr8k_text/ and the README's two settings, every caption is accepted."""
+    import csv
+    import re
+    import shutil
+
+    from components import config as config_lib
+    from components.ingestion import beam_job, demo_data
+
+    demo = demo_data.generate(str(tmp_path / "demo"), num_images=9, seed=2)
+    kaggle = tmp_path / "kaggle"
+    shutil.copytree(tmp_path / "demo" / "Flicker8k_Dataset", kaggle / "Images")
+    with open(tmp_path / "demo" / "Flickr8k_text" / "Flickr8k.token.txt", encoding="utf-8") as stream:
+        rows = [line.rstrip("\n").split("\t") for line in stream if line.strip()]
+    with open(kaggle / "captions.txt", "w", encoding="utf-8", newline="") as stream:
+        writer = csv.writer(stream)
+        writer.writerow(["image", "caption"])
+        writer.writerows([key.split("#")[0], caption] for key, caption in rows)
+    (kaggle / "Flickr8k_text").mkdir()
+    for name in ("Flickr_8k.trainImages.txt", "Flickr_8k.devImages.txt", "Flickr_8k.testImages.txt"):
+        shutil.copy(tmp_path / "demo" / "Flickr8k_text" / name, kaggle / "Flickr8k_text" / name)
+
+    with open(os.path.join(os.path.dirname(__file__), "..", "..", "README.md"), encoding="utf-8") as stream:
+        (setting,) = re.findall(r'SET="(data\.captions_file=captions\.txt [^"]*)"', stream.read())
+    data = config_lib.PipelineConfig().with_overrides(
+        dict(item.split("=", 1) for item in setting.split())).data
+    summary = beam_job.read_index(str(kaggle), data).summary()
+    assert summary["captions_accepted"] == len(rows) == 45
+    assert summary["caption_lines_rejected"] == summary["split_lines_rejected"] == 0
+    assert sum(summary["images_per_split"].values()) == len(demo.images)
