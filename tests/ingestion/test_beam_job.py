@@ -242,8 +242,8 @@ def test_killed_job_leaves_no_partial_split_and_rerun_completes(bad_input_layout
     assert glob.glob(str(output_dir / "_staging-*")) == []
 
 
-def test_a_job_that_fails_half_way_through_publishing_leaves_nothing_and_rerun_completes(
-        bad_input_layout, bad_input_run, tmp_path, monkeypatch):
+def test_a_job_that_fails_half_way_through_publishing_leaves_nothing(bad_input_layout, tmp_path,
+                                                                     monkeypatch):
     """No space left after the first file was moved into place (inside Beam's sink, which renames
     its temporary shards): every file the job wrote goes, the staging folder included (on gs://
     it would be storage paid for nothing)."""
@@ -263,8 +263,4 @@ def test_a_job_that_fails_half_way_through_publishing_leaves_nothing_and_rerun_c
     with pytest.raises(Exception, match="No space left"):
         _ingest(_config(data_dir, max_image_pixels=400_000), str(output_dir))
     assert renames, "nothing was published before the failure; the half-way case was not tested"
-    assert sorted(os.listdir(output_dir)) == []
-    monkeypatch.undo()
-    _ingest(_config(data_dir, max_image_pixels=400_000), str(output_dir))
-    assert records_digest(str(output_dir)) == records_digest(bad_input_run[0])
-    assert glob.glob(str(output_dir / "_staging-*")) == []
+    assert sorted(os.listdir(output_dir)) == []  # a rerun finds an empty folder (the killed test reruns)
