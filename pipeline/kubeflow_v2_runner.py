@@ -219,12 +219,20 @@ def _parse_args(argv: Sequence[str]) -> argparse.Namespace:
     parser.add_argument("--no_data_fingerprint", action="store_true",
                         help="do not read DATA_DIR from here (no GCS credentials)")
     parser.add_argument("--disable_cache", action="store_true")
+    parser.add_argument("--verbose", action="store_true",
+                        help="TFX's and TensorFlow's log lines too")
     return parser.parse_args(argv)
 
 
 def main(argv: Optional[List[str]] = None) -> int:
-    logging.set_verbosity(logging.INFO)
     args = _parse_args(sys.argv[1:] if argv is None else argv)
+    if args.verbose:
+        logging.set_verbosity(logging.INFO)
+    else:
+        from components import quiet_startup
+
+        quiet_startup.quiet()
+        logging.set_verbosity(logging.WARNING)
     try:
         pipeline_config = build_config(args)
     except ValueError as error:  # config_lib.ConfigError among them: a paragraph, no traceback

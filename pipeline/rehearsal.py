@@ -548,8 +548,9 @@ def main(argv: Optional[List[str]] = None) -> int:
     args = _parse_args(sys.argv[1:] if argv is None else argv)
     # The compile here imports TensorFlow; its start-up lines are not the rehearsal's news (each
     # task's own output, TensorFlow's included, goes to its log file).
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
-    warnings.filterwarnings("ignore", category=FutureWarning)
+    from components import quiet_startup
+
+    quiet_startup.quiet()
     warnings.filterwarnings("ignore", category=UserWarning)
     from absl import logging
 

@@ -111,7 +111,13 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                          help="beam search with this width, 1 to the model's export.max_beam_width "
                               "(default: greedy decoding)")
     caption.add_argument("images", nargs="+", help="JPEG/PNG files")
+    caption.add_argument("--verbose", action="store_true",
+                         help="keep TensorFlow's start-up lines and warnings")
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)
+    if not args.verbose:
+        from components import quiet_startup
+
+        quiet_startup.quiet()
     if args.beam_width is not None and args.beam_width < 1:
         parser.error(f"--beam-width {args.beam_width}: a beam holds at least 1 caption; leave "
                      "--beam-width out for greedy decoding")

@@ -156,3 +156,19 @@ def test_random_weights_compile_when_a_setting_says_it_is_a_smoke_run(tmp_path):
                                     "--no_data_fingerprint",
                                     "--set=cloud.allow_random_resnet_weights=true"]) == 0
     assert output_file.exists()
+
+
+def test_compile_prints_where_the_json_went_and_nothing_of_tensorflows_start_up(tmp_path):
+    import sys
+
+    completed = subprocess.run(
+        [sys.executable, "-m", "pipeline.kubeflow_v2_runner", "compile", "--bucket=my-bucket",
+         f"--output_file={tmp_path / 'pipeline.json'}", f"--resnet_weights={WEIGHTS}",
+         "--no_data_fingerprint"], cwd=REPO_ROOT, capture_output=True, text=True, timeout=300,
+        check=False)
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    assert completed.stdout.splitlines()[0] == f"Pipeline JSON: {tmp_path / 'pipeline.json'}"
+    assert len(completed.stdout.splitlines()) == 2
+    # Only the warning that concerns the user's data: the cache key holds the data path alone.
+    (warning,) = completed.stderr.strip().splitlines()
+    assert "Data fingerprint not computed" in warning

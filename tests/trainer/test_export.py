@@ -554,6 +554,18 @@ def test_command_line_captioner(trained, tmp_path, capsys):
     assert "leave --beam-width out for greedy decoding" in capsys.readouterr().err
 
 
+def test_the_captioner_prints_its_captions_and_nothing_of_tensorflows_start_up(trained):
+    paths, _ = _test_images(trained, count=1)
+    completed = subprocess.run(
+        [sys.executable, "-m", "components.serving.captioner", "caption", "--model",
+         trained["serving_model"], *paths], cwd=REPO_ROOT, capture_output=True, text=True,
+        timeout=300, check=False)
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    assert completed.stdout.startswith(f"{paths[0]}\t") and len(completed.stdout.splitlines()) == 1
+    (note,) = completed.stderr.splitlines()  # the demo-data note, nothing else
+    assert note.startswith("note: ") and "generated demo data" in note
+
+
 def test_captioner_picks_the_newest_complete_version_of_a_push_destination(trained, tmp_path):
     destination = tmp_path / "pushed"
     destination.mkdir()
