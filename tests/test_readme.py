@@ -74,3 +74,16 @@ def test_the_load_snippet_finds_the_version_directories_the_pusher_writes(tmp_pa
 
     newest = eval(snippet, {"glob": glob, "os": os})  # noqa: S307 (the README's own expression)
     assert newest == os.path.join("outputs", "serving_model", "1796300012")
+
+
+def test_the_readme_opens_with_a_quick_start_of_at_most_25_lines_naming_the_demos_paths():
+    readme = _readme()
+    sections = re.split(r"^## ", readme, flags=re.MULTILINE)
+    assert sections[1].startswith("Quick start\n")
+    assert len(sections[1].strip().splitlines()) <= 25
+    data = config_lib.DataConfig()
+    # The demo the captioner command names is the one make pipeline-local generates by default.
+    assert f"outputs/demo_data/seed{data.demo_seed}_n{data.demo_num_images}/{data.image_dir_name}/" \
+           f"demo{data.demo_seed}_00000.jpg" in sections[1]
+    for target in ("pipeline-local", "test", "pipeline-rehearse", "settings"):
+        assert f"make {target}" in sections[1]
