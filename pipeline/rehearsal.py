@@ -486,10 +486,14 @@ class Rehearsal:
         return results
 
     def run_importer(self, component: dict, importer: dict) -> Dict[str, List[Artifact]]:
+        """Registers the importer's constant artifact URI as a new artifact (this pipeline has
+        no importer task today: ImportSchemaGen is a container task)."""
         (key,) = component["outputDefinitions"]["artifacts"]
         schema = importer["typeSchema"].get("instanceSchema", "")
-        uri = importer["artifactUri"]["runtimeParameter" if "runtimeParameter" in importer["artifactUri"]
-                                      else "constant"]
+        source = importer["artifactUri"]
+        if "constant" not in source and "constantValue" not in source:
+            raise RehearsalError(f"An importer whose URI is not a constant: {source}")
+        uri = source.get("constant", source.get("constantValue"))
         uri = uri if isinstance(uri, str) else uri.get("stringValue", "")
         artifact = Artifact(self.new_name(), title_of(schema), schema, uri,
                             dict(importer.get("metadata", {})), created=time.time())

@@ -168,3 +168,19 @@ def test_make_pipeline_rehearse_runs_the_compiled_pipeline_twice_and_the_second_
     assert pushed, "the blessed model of the first run was not pushed"
     assert "Rehearsal passed: 2 runs" in output
     assert "Traceback" not in completed.stderr, completed.stderr
+
+
+def test_an_importer_registers_its_constant_uri_as_a_new_artifact(tmp_path):
+    job = {"runtimeConfig": {"gcsOutputDirectory": "gs://bucket/root"}, "pipelineSpec": {
+        "root": {"dag": {"tasks": {"schema-importer": {"componentRef": {"name": "importer"}}}}},
+        "components": {"importer": {"executorLabel": "importer_executor", "outputDefinitions": {
+            "artifacts": {"result": {"artifactType": {"instanceSchema": "title: tfx.Schema\n"}}}}}},
+        "deploymentSpec": {"executors": {"importer_executor": {"importer": {
+            "artifactUri": {"constant": "gs://bucket/schema"},
+            "typeSchema": {"instanceSchema": "title: tfx.Schema\n"}}}}}}}
+    lines = []
+    runner = rehearsal.Rehearsal(job, str(tmp_path / "rehearsal"), str(tmp_path), log=lines.append)
+    runner.run("job-1")
+    (artifact,) = runner.store.artifacts
+    assert (artifact.uri, artifact.schema_title) == ("gs://bucket/schema", "tfx.Schema")
+    assert "schema-importer" in lines[0] and "ran in" in lines[0]
