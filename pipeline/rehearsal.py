@@ -306,7 +306,14 @@ class Rehearsal:
         self.gcs_dir = os.path.join(root, "gcs")
         self.image_dir = image_dir
         self.store = ArtifactStore(os.path.join(root, "metadata.json"))
-        self.log = log
+        self._log = log
+        self._log_lock = threading.Lock()
+
+    def log(self, line: str) -> None:
+        """One task line; tasks finishing together on two threads print whole lines."""
+        with self._log_lock:
+            self._log(line)
+            sys.stdout.flush()
 
     def use(self, pipeline_job: dict) -> None:
         """The compiled PipelineJob the next runs execute."""
