@@ -113,7 +113,11 @@ def _demo_jpegs(directory: str) -> List[bytes]:
 
     dataset = demo_data.generate(directory, num_images=8, seed=1)
     image_dir = os.path.join(dataset.data_dir, "Flicker8k_Dataset")
-    return [open(os.path.join(image_dir, name), "rb").read() for name in sorted(os.listdir(image_dir))]
+    images = []
+    for name in sorted(os.listdir(image_dir)):
+        with open(os.path.join(image_dir, name), "rb") as stream:
+            images.append(stream.read())
+    return images
 
 
 def measure(output_dir: str, steps: int) -> dict:

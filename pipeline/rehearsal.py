@@ -451,9 +451,11 @@ class Rehearsal:
             },
         }
         serialized = self.to_local(json.dumps(executor_input))
+        unsupported = [arg for arg in container.get("args", []) if arg != "{{$}}" and "{{$" in arg]
+        if unsupported:  # only the whole ExecutorInput is substituted, as TFX's tasks need
+            raise RehearsalError(f"Task {task_name}: placeholders the rehearsal does not fill: "
+                                 f"{unsupported}")
         args = [serialized if arg == "{{$}}" else self.to_local(arg) for arg in container.get("args", [])]
-        if "{{$}}" in " ".join(container.get("args", [])).replace("{{$}}", "", 1):
-            raise RehearsalError(f"Task {task_name}: a placeholder other than {{{{$}}}} in its args.")
         command = self.python_command(container["command"])
         if any(arg.startswith(VERTEX_TRAINER_EXECUTOR) for arg in args):
             # The CustomJob this task submits runs here, from the same image copy.

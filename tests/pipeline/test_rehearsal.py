@@ -184,3 +184,15 @@ def test_an_importer_registers_its_constant_uri_as_a_new_artifact(tmp_path):
     (artifact,) = runner.store.artifacts
     assert (artifact.uri, artifact.schema_title) == ("gs://bucket/schema", "tfx.Schema")
     assert "schema-importer" in lines[0] and "ran in" in lines[0]
+
+
+def test_a_placeholder_the_rehearsal_does_not_fill_is_an_error_not_passed_through(tmp_path):
+    job = {"runtimeConfig": {"gcsOutputDirectory": "gs://bucket/root"}, "pipelineSpec": {
+        "root": {"dag": {"tasks": {"task": {"componentRef": {"name": "task"}}}}},
+        "components": {"task": {"executorLabel": "task_executor"}},
+        "deploymentSpec": {"executors": {"task_executor": {"container": {
+            "image": "i", "command": ["python", "-c"],
+            "args": ["pass", "{{$}}", "--x={{$.inputs.parameters['x']}}"]}}}}}}
+    runner = rehearsal.Rehearsal(job, str(tmp_path / "rehearsal"), str(tmp_path), log=lambda line: None)
+    with pytest.raises(rehearsal.RehearsalError, match="placeholders the rehearsal does not fill"):
+        runner.run("job-1")
