@@ -224,13 +224,19 @@ def title_of(instance_schema: str) -> str:
     return match.group(1) if match else "system.Artifact"
 
 
-def task_order(spec: dict) -> List[str]:
-    """The root DAG's tasks, each after the tasks it depends on or takes artifacts from."""
-    tasks = spec["root"]["dag"]["tasks"]
-    upstream = {name: set(task.get("dependentTasks", [])) | {
+def upstream_tasks(spec: dict) -> Dict[str, set]:
+    """Each root-DAG task's upstream: the tasks it depends on or takes artifacts from (the
+    compiled resolver's second phase names its first only through its input artifact)."""
+    return {name: set(task.get("dependentTasks", [])) | {
         source["taskOutputArtifact"]["producerTask"]
         for source in task.get("inputs", {}).get("artifacts", {}).values()
-        if "taskOutputArtifact" in source} for name, task in tasks.items()}
+        if "taskOutputArtifact" in source} for name, task in spec["root"]["dag"]["tasks"].items()}
+
+
+def task_order(spec: dict) -> List[str]:
+    """The root DAG's tasks, each after its :func:`upstream_tasks`."""
+    tasks = spec["root"]["dag"]["tasks"]
+    upstream = upstream_tasks(spec)
     order, done = [], set()
     while len(order) < len(tasks):
         ready = sorted(name for name in tasks if name not in done and upstream[name] <= done)
@@ -356,12 +362,8 @@ class Rehearsal:
         failure, after the tasks already started have finished."""
         outputs: Dict[str, Dict[str, List[Artifact]]] = {}
         lines: Dict[str, str] = {}
-        tasks = self.spec["root"]["dag"]["tasks"]
         order = task_order(self.spec)
-        upstream = {name: {source["taskOutputArtifact"]["producerTask"]
-                           for source in tasks[name].get("inputs", {}).get("artifacts", {}).values()
-                           if "taskOutputArtifact" in source} | set(tasks[name].get("dependentTasks", []))
-                    for name in order}
+        upstream = upstream_tasks(self.spec)
         failure = None
         with concurrent.futures.ThreadPoolExecutor(self.parallelism) as pool:
             running = {}
