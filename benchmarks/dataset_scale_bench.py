@@ -117,7 +117,7 @@ def _child(reader: str, data_dir: str) -> dict:
         facts = {"images": len(captions_of)}
     else:
         from components import config as config_lib
-        from components.ingestion import coco, karpathy
+        from components.ingestion.formats import coco, karpathy
 
         if reader == "karpathy":
             index = karpathy.read_karpathy(data_dir, "dataset_coco.json")

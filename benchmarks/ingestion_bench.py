@@ -49,7 +49,7 @@ BEAM_MODES = {
 def write_photo_layout(root: str, num_images: int, photo_dir: str = SAMPLE_IMAGE_DIR) -> str:
     """A Flickr8k layout of ``num_images`` copies of the real photos, all in train."""
     from components import config as config_lib
-    from components.ingestion import flickr8k
+    from components.ingestion.formats import flickr8k
 
     photos = sorted(glob.glob(os.path.join(photo_dir, "*.jpg")))
     if not photos:

@@ -16,7 +16,7 @@ import time
 
 from absl import logging
 
-from components.ingestion import flickr8k
+from components.ingestion.formats import flickr8k
 
 SAMPLE_TEXT_DIR = os.path.join(os.path.dirname(__file__), "..", "..", "shared", "data",
                                "flickr8k_sample")

@@ -20,7 +20,7 @@ from tensorflow_transform.tf_metadata import metadata_io
 
 from components import config as config_lib
 from components import example_format
-from components.ingestion import flickr8k
+from components.ingestion.formats import flickr8k
 from components.transform import preprocessing
 
 ORIGINAL_VOCABULARY = 400_004

@@ -43,7 +43,8 @@ from apache_beam.ml.inference.base import KeyedModelHandler, ModelHandler, RunIn
 
 from components import config as config_lib
 from components import cpu_bfloat16, example_format
-from components.ingestion import coco, flickr8k, image_files, karpathy, progress
+from components.ingestion import image_files, progress
+from components.ingestion.formats import coco, flickr8k, karpathy
 
 METRICS_NAMESPACE = "flickr8k_ingestion"
 STAGE_READER = "reader"

@@ -28,7 +28,7 @@ from PIL import Image, ImageDraw, ImageFilter
 
 from components import config as config_lib
 from components import example_format
-from components.ingestion import flickr8k
+from components.ingestion.formats import flickr8k
 
 COLOURS: Dict[str, Tuple[int, int, int]] = {
     "red": (220, 30, 30),

@@ -38,7 +38,8 @@ from absl import logging
 
 from components import config as config_lib
 from components import example_format, image_graph
-from components.ingestion import flickr8k, image_files
+from components.ingestion import image_files
+from components.ingestion.formats import flickr8k
 
 _DESCRIPTION = """
 Flickr8k: 8,091 Flickr photos, each with 5 crowd-sourced captions, and the

@@ -7,8 +7,9 @@ import apache_beam as beam
 import pytest
 
 from components import config as config_lib
-from components.ingestion import beam_job, coco, demo_data, flickr8k, karpathy
-from components.ingestion.flickr8k import RejectReason
+from components.ingestion import beam_job, demo_data
+from components.ingestion.formats import coco, flickr8k, karpathy
+from components.ingestion.formats.flickr8k import RejectReason
 
 ANNOTATION_FILES = ("annotations/captions_train2014.json", "annotations/captions_val2014.json")
 

@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from components.ingestion import demo_data, flickr8k
+from components.ingestion import demo_data
+from components.ingestion.formats import flickr8k
 
 
 @pytest.fixture(scope="module")

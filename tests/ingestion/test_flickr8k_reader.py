@@ -5,8 +5,8 @@ import shutil
 
 import pytest
 
-from components.ingestion import flickr8k
-from components.ingestion.flickr8k import RejectReason
+from components.ingestion.formats import flickr8k
+from components.ingestion.formats.flickr8k import RejectReason
 from tests.paths import SHARED_DATA_DIR
 
 SAMPLE_DIR = os.path.join(SHARED_DATA_DIR, "flickr8k_sample")

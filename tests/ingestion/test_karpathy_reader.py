@@ -8,8 +8,9 @@ import apache_beam as beam
 import pytest
 
 from components import config as config_lib
-from components.ingestion import beam_job, flickr8k, karpathy
-from components.ingestion.flickr8k import RejectReason
+from components.ingestion import beam_job
+from components.ingestion.formats import flickr8k, karpathy
+from components.ingestion.formats.flickr8k import RejectReason
 from tests import image_fixtures
 from tests.paths import SHARED_DATA_DIR
 

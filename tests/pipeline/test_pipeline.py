@@ -70,7 +70,7 @@ def _edited_copy(tmp_path, relative_path: str) -> str:
 
 @pytest.mark.parametrize("edited, changed_stages", [
     ("components/ingestion/beam_job.py", {"ingestion"}),
-    ("components/ingestion/flickr8k.py", {"ingestion"}),
+    ("components/ingestion/formats/flickr8k.py", {"ingestion"}),
     ("components/transform/validation_gate.py", {"validation_gate"}),
     ("components/transform/preprocessing.py", {"transform", "trainer", "evaluator"}),
     ("components/trainer/model.py", {"trainer", "evaluator"}),

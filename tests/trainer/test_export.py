@@ -20,7 +20,8 @@ import tensorflow_transform as tft
 
 from components import caption_text, cpu_bfloat16, example_format, resnet_features
 from components import config as config_lib
-from components.ingestion import beam_job, flickr8k
+from components.ingestion import beam_job
+from components.ingestion.formats import flickr8k
 from components.serving import captioner
 from components.trainer import model as model_lib
 from components.trainer import run_fn

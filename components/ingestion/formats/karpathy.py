@@ -12,7 +12,7 @@ rest of val2014, which goes to ``data.restval_split``, train by default).
 Captions are the ``raw`` sentences, indexed by their position in the image's
 list.
 
-The rules of :func:`components.ingestion.flickr8k.build_index` apply as for the
+The rules of :func:`components.ingestion.formats.flickr8k.build_index` apply as for the
 Flickr8k text files, with an image entry in the role of a split-list line (its
 ``line_number`` is the entry's position in ``images``, from 1) and a sentence in
 the role of a caption line: every sentence ends accepted in exactly one split
@@ -21,7 +21,7 @@ or rejected with a reason, and entries that are not what the format says
 are ``malformed_line`` rejects, and an unknown ``split`` is ``unknown_split``.
 The file is streamed (``ijson``), twice, so memory holds the index and
 never the parsed file; a file that is not JSON raises
-:class:`~components.ingestion.flickr8k.Flickr8kLayoutError`.
+:class:`~components.ingestion.formats.flickr8k.Flickr8kLayoutError`.
 """
 
 from __future__ import annotations
@@ -32,8 +32,8 @@ from typing import BinaryIO, Callable, Dict, Iterator, Optional, Set
 import ijson
 
 from components import config as config_lib
-from components.ingestion import flickr8k
-from components.ingestion.flickr8k import CaptionLine, RejectReason, SplitLine
+from components.ingestion.formats import flickr8k
+from components.ingestion.formats.flickr8k import CaptionLine, RejectReason, SplitLine
 
 KARPATHY_SPLITS = {"train": "train", "val": "dev", "test": "test"}
 RESTVAL = "restval"

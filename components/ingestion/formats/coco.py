@@ -8,7 +8,7 @@ The files the COCO site publishes (``annotations/captions_train2014.json``,
 
 Each file's images live in the folder its name gives (``captions_val2014.json`` ->
 ``<data.image_dir_name>/val2014/``), so image ids are ``val2014/COCO_val2014_....jpg``,
-the same ids a Karpathy split file gives (:mod:`components.ingestion.karpathy`).
+the same ids a Karpathy split file gives (:mod:`components.ingestion.formats.karpathy`).
 
 Splits: with ``data.karpathy_split_file`` (``dataset_coco.json``) its train / val /
 test / restval entries are the split entries (restval to ``data.restval_split``) and
@@ -16,7 +16,7 @@ the annotation files give the captions. Without it, a ``train*`` file's images a
 train and a ``val*`` file's images are dev or test, half each, chosen by a stable hash
 of the image's name (COCO publishes no test captions).
 
-The rules of :func:`components.ingestion.flickr8k.build_index` apply: an annotation is
+The rules of :func:`components.ingestion.formats.flickr8k.build_index` apply: an annotation is
 a caption line (its ``line_number`` its position in ``annotations``, from 1; its
 caption index its position among its image's annotations), an ``images`` entry that is
 no ``{"id": int, "file_name": str}`` or repeats an id is a ``malformed_line`` split
@@ -36,8 +36,8 @@ from typing import BinaryIO, Callable, Dict, Iterator, List, Optional, Sequence,
 import ijson
 
 from components import config as config_lib
-from components.ingestion import flickr8k, karpathy
-from components.ingestion.flickr8k import CaptionLine, RejectReason, SplitLine
+from components.ingestion.formats import flickr8k, karpathy
+from components.ingestion.formats.flickr8k import CaptionLine, RejectReason, SplitLine
 
 
 def image_folder(annotation_file: str) -> str:
