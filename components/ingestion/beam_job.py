@@ -43,8 +43,8 @@ from apache_beam.ml.inference.base import KeyedModelHandler, ModelHandler, RunIn
 
 from components import config as config_lib
 from components import cpu_bfloat16, example_format
-from components.ingestion import image_files, progress
-from components.ingestion.formats import coco, flickr8k, karpathy
+from components.ingestion import formats, image_files, progress
+from components.ingestion.formats import index as index_lib
 
 METRICS_NAMESPACE = "flickr8k_ingestion"
 STAGE_READER = "reader"
@@ -71,28 +71,10 @@ def split_dir(output_dir: str, split: str) -> str:
     return example_format.split_dir(output_dir, split)
 
 
-def read_index(data_dir: str, data: config_lib.DataConfig) -> flickr8k.Flickr8kIndex:
+def read_index(data_dir: str, data: config_lib.DataConfig) -> index_lib.CaptionIndex:
     """The reader of ``data.format`` over ``data_dir``, on any file system Beam knows (local,
     gs://, ...)."""
-    if data.format == "coco":
-        return coco.read_coco(
-            data_dir, data.coco_annotation_files, karpathy_split_file=data.karpathy_split_file,
-            restval_split=data.restval_split, open_binary=_open_uncompressed,
-            max_caption_chars=data.max_caption_chars,
-            max_captions_per_image=data.max_captions_per_image)
-    if data.format == "karpathy":
-        return karpathy.read_karpathy(
-            data_dir, data.captions_file, restval_split=data.restval_split,
-            open_binary=_open_uncompressed, max_caption_chars=data.max_caption_chars,
-            max_captions_per_image=data.max_captions_per_image)
-    return flickr8k.read_flickr8k(
-        data_dir,
-        captions_file=data.captions_file,
-        split_files={"train": data.train_split_file, "dev": data.dev_split_file,
-                     "test": data.test_split_file},
-        open_binary=_open_uncompressed,
-        max_caption_chars=data.max_caption_chars,
-        max_captions_per_image=data.max_captions_per_image)
+    return formats.read_index(data_dir, data, open_binary=_open_uncompressed)
 
 
 def _open_uncompressed(path: str):
@@ -129,9 +111,9 @@ class ReadImageFile(beam.DoFn):
         self._progress.flush()
 
     def process(self, meta: ImageMeta):
-        if not karpathy.is_image_path(meta.image_id):  # the readers' own rule, checked again
+        if not index_lib.is_image_path(meta.image_id):  # the readers' own rule, checked again
             self._progress.add()
-            yield from _reject(self.REJECTS, STAGE_READ, flickr8k.RejectReason.UNSAFE_IMAGE_NAME.value,
+            yield from _reject(self.REJECTS, STAGE_READ, index_lib.RejectReason.UNSAFE_IMAGE_NAME.value,
                                f"{meta.image_id!r} is not a plain file name", meta)
             return
         try:
@@ -261,11 +243,11 @@ def _bytes_feature(values: List[bytes]):
     return tf.train.Feature(bytes_list=tf.train.BytesList(value=values))
 
 
-def _reader_reject_rows(index: flickr8k.Flickr8kIndex) -> List[Dict[str, object]]:
+def _reader_reject_rows(index: index_lib.CaptionIndex) -> List[Dict[str, object]]:
     """Caption-line rejects of the reader as reject rows (split-list lines hold no pairs)."""
     return [reject_row(STAGE_READER, reject.reason.value, f"{reject.source}:{reject.line_number}: "
                        f"{reject.detail}", reject.image_id, reject.caption_index)
-            for reject in index.rejects if reject.kind == flickr8k.CAPTION_LINE]
+            for reject in index.rejects if reject.kind == index_lib.CAPTION_LINE]
 
 
 class _CountReaderRejects(beam.DoFn):
@@ -275,7 +257,7 @@ class _CountReaderRejects(beam.DoFn):
 
 
 @beam.ptransform_fn
-def IngestFlickr8k(pipeline: beam.Pipeline, index: flickr8k.Flickr8kIndex, image_dir: str,  # noqa: N802
+def IngestFlickr8k(pipeline: beam.Pipeline, index: index_lib.CaptionIndex, image_dir: str,  # noqa: N802
                    features: config_lib.FeaturesConfig, output_dir: str):
     """Writes the splits and rejects of ``index`` under ``output_dir``; returns the write results."""
     image_metas = [
@@ -317,7 +299,7 @@ def IngestFlickr8k(pipeline: beam.Pipeline, index: flickr8k.Flickr8kIndex, image
     return writes
 
 
-def summarize(result: beam.runners.runner.PipelineResult, index: flickr8k.Flickr8kIndex) -> dict:
+def summarize(result: beam.runners.runner.PipelineResult, index: index_lib.CaptionIndex) -> dict:
     """Totals from the job's counters, checked: pairs read == accepted + rejected."""
     counters = {}
     query = result.metrics().query(

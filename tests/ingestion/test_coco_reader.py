@@ -8,8 +8,8 @@ import pytest
 
 from components import config as config_lib
 from components.ingestion import beam_job, demo_data
-from components.ingestion.formats import coco, flickr8k, karpathy
-from components.ingestion.formats.flickr8k import RejectReason
+from components.ingestion.formats import coco, karpathy
+from components.ingestion.formats.index import RejectReason
 
 ANNOTATION_FILES = ("annotations/captions_train2014.json", "annotations/captions_val2014.json")
 
@@ -126,16 +126,16 @@ def test_bad_entries_are_counted_rejects_with_the_file_they_came_from(tmp_path):
 def test_layout_errors_name_the_file_and_the_rule(tmp_path):
     good = _write_annotations(tmp_path, "train2014", [], [])
     (tmp_path / "annotations" / "train_captions.json").write_text("{}", encoding="utf-8")
-    with pytest.raises(flickr8k.Flickr8kLayoutError, match="captions_<image folder>.json"):
+    with pytest.raises(coco.CocoLayoutError, match="captions_<image folder>.json"):
         coco.read_coco(str(tmp_path), ["annotations/train_captions.json"])
     test_file = _write_annotations(tmp_path, "test2014", [], [])
-    with pytest.raises(flickr8k.Flickr8kLayoutError, match="no split without data.karpathy_split_file"):
+    with pytest.raises(coco.CocoLayoutError, match="no split without data.karpathy_split_file"):
         coco.read_coco(str(tmp_path), [good, test_file])
     truncated = tmp_path / "annotations" / "captions_val2014.json"
     truncated.write_text('{"images": [{"id": 1, ', encoding="utf-8")
-    with pytest.raises(flickr8k.Flickr8kLayoutError, match="not a COCO caption annotation file"):
+    with pytest.raises(coco.CocoLayoutError, match="not a COCO caption annotation file"):
         coco.read_coco(str(tmp_path), [good, "annotations/captions_val2014.json"])
-    with pytest.raises(flickr8k.Flickr8kLayoutError, match="not readable"):
+    with pytest.raises(coco.CocoLayoutError, match="not readable"):
         coco.read_coco(str(tmp_path), ["annotations/captions_train2017.json"])
     with pytest.raises(config_lib.ConfigError, match="data.coco_annotation_files="):
         config_lib.PipelineConfig().with_overrides(

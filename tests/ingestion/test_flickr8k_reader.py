@@ -6,7 +6,7 @@ import shutil
 import pytest
 
 from components.ingestion.formats import flickr8k
-from components.ingestion.formats.flickr8k import RejectReason
+from components.ingestion.formats.index import CAPTION_LINE, SPLIT_LINE, RejectReason, is_plain_file_name
 from tests.paths import SHARED_DATA_DIR
 
 SAMPLE_DIR = os.path.join(SHARED_DATA_DIR, "flickr8k_sample")
@@ -46,7 +46,7 @@ def _read(data_dir, check_images=False):
         data_dir, image_dir=os.path.join(data_dir, "Flicker8k_Dataset") if check_images else None)
 
 
-def _reasons(index, kind=flickr8k.CAPTION_LINE):
+def _reasons(index, kind=CAPTION_LINE):
     return [reject.reason for reject in index.rejects if reject.kind == kind]
 
 
@@ -234,7 +234,7 @@ def test_unsafe_image_names_rejected_in_captions_and_splits(tmp_path, bad_name):
     index = _read(data_dir)
     _assert_accounted(index)
     assert _reasons(index) == [RejectReason.UNSAFE_IMAGE_NAME]
-    assert _reasons(index, flickr8k.SPLIT_LINE) == [RejectReason.UNSAFE_IMAGE_NAME]
+    assert _reasons(index, SPLIT_LINE) == [RejectReason.UNSAFE_IMAGE_NAME]
     assert [record.image_id for record in index.records()] == ["a.jpg"]
 
 
@@ -247,7 +247,7 @@ def test_image_in_no_split_and_in_two_splits(tmp_path):
     assert summary["caption_rejects_by_reason"] == {"image_not_in_split": 1, "image_in_multiple_splits": 2}
     assert summary["split_rejects_by_reason"] == {"image_in_multiple_splits": 2}
     assert summary["images_per_split"] == {"train": 1, "dev": 0, "test": 0}
-    multi = [r for r in index.rejects if r.kind == flickr8k.SPLIT_LINE]
+    multi = [r for r in index.rejects if r.kind == SPLIT_LINE]
     assert {r.source for r in multi} == {"Flickr_8k.trainImages.txt", "Flickr_8k.testImages.txt"}
 
 
@@ -302,10 +302,10 @@ def test_missing_required_file_is_a_clear_error(tmp_path):
 
 
 def test_is_plain_file_name():
-    assert flickr8k.is_plain_file_name("1000268201_693b08cb0e.jpg")
-    assert flickr8k.is_plain_file_name("2258277193_586949ec62.jpg.1")
+    assert is_plain_file_name("1000268201_693b08cb0e.jpg")
+    assert is_plain_file_name("2258277193_586949ec62.jpg.1")
     for bad in ("", ".", "..", "../x.jpg", "a/b.jpg", "a\\b.jpg", "/x.jpg", "x\x00.jpg", "C:x.jpg"):
-        assert not flickr8k.is_plain_file_name(bad), bad
+        assert not is_plain_file_name(bad), bad
 
 
 def test_the_readmes_kaggle_recipe_reads_a_kaggle_layout_whole(tmp_path):

@@ -10,7 +10,7 @@ import pytest
 from components import config as config_lib
 from components.ingestion import beam_job
 from components.ingestion.formats import flickr8k, karpathy
-from components.ingestion.formats.flickr8k import RejectReason
+from components.ingestion.formats.index import RejectReason
 from tests import image_fixtures
 from tests.paths import SHARED_DATA_DIR
 
@@ -129,9 +129,9 @@ def test_bad_entries_are_counted_rejects(tmp_path):
 
 def test_a_file_that_is_not_json_is_a_layout_error(tmp_path):
     (tmp_path / "dataset.json").write_text('{"images": [{"filename": "a.jpg", "split": ', encoding="utf-8")
-    with pytest.raises(flickr8k.Flickr8kLayoutError, match="not a Karpathy split file"):
+    with pytest.raises(karpathy.KarpathyLayoutError, match="not a Karpathy split file"):
         karpathy.read_karpathy(str(tmp_path), "dataset.json")
-    with pytest.raises(flickr8k.Flickr8kLayoutError, match="not readable"):
+    with pytest.raises(karpathy.KarpathyLayoutError, match="not readable"):
         karpathy.read_karpathy(str(tmp_path), "missing.json")
 
 

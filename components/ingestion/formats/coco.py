@@ -16,7 +16,7 @@ the annotation files give the captions. Without it, a ``train*`` file's images a
 train and a ``val*`` file's images are dev or test, half each, chosen by a stable hash
 of the image's name (COCO publishes no test captions).
 
-The rules of :func:`components.ingestion.formats.flickr8k.build_index` apply: an annotation is
+The rules of :func:`components.ingestion.formats.index.build_index` apply: an annotation is
 a caption line (its ``line_number`` its position in ``annotations``, from 1; its
 caption index its position among its image's annotations), an ``images`` entry that is
 no ``{"id": int, "file_name": str}`` or repeats an id is a ``malformed_line`` split
@@ -36,19 +36,25 @@ from typing import BinaryIO, Callable, Dict, Iterator, List, Optional, Sequence,
 import ijson
 
 from components import config as config_lib
-from components.ingestion.formats import flickr8k, karpathy
-from components.ingestion.formats.flickr8k import CaptionLine, RejectReason, SplitLine
+from components.ingestion.formats import files, index, karpathy
+from components.ingestion.formats.index import CaptionLine, RejectReason, SplitLine
+
+
+class CocoLayoutError(index.DatasetLayoutError):
+    """A required COCO annotation file is missing, unreadable or not of the format."""
+
+    dataset = "COCO annotation"
 
 
 def image_folder(annotation_file: str) -> str:
     """``train2014`` for ``.../captions_train2014.json``.
 
     Raises:
-      Flickr8kLayoutError: the name is not ``captions_<folder>.json``.
+      CocoLayoutError: the name is not ``captions_<folder>.json``.
     """
     match = config_lib.COCO_ANNOTATION_FILE.match(os.path.basename(annotation_file))
     if match is None:
-        raise flickr8k.Flickr8kLayoutError(
+        raise CocoLayoutError(
             f"{annotation_file!r} is not named like a COCO caption annotation file "
             "(captions_<image folder>.json, e.g. captions_train2014.json).")
     return match.group("folder")
@@ -73,24 +79,24 @@ def read_coco(
     open_binary: Optional[Callable[[str], BinaryIO]] = None,
     max_caption_chars: int = config_lib.DataConfig.max_caption_chars,
     max_captions_per_image: int = config_lib.DataConfig.max_captions_per_image,
-) -> flickr8k.Flickr8kIndex:
-    """Reads COCO annotation files; the other arguments are :func:`flickr8k.read_flickr8k`'s.
+) -> index.CaptionIndex:
+    """Reads COCO annotation files; the other arguments are :func:`.flickr8k.read_flickr8k`'s.
 
     Raises:
-      Flickr8kLayoutError: a file is missing, not JSON of this format, or badly named.
+      CocoLayoutError: a file is missing, not JSON of this format, or badly named.
     """
     if not annotation_files:
-        raise flickr8k.Flickr8kLayoutError("data.coco_annotation_files names no annotation file.")
-    open_binary = open_binary or flickr8k._open_local
-    paths = [flickr8k._resolve(data_dir, name) for name in annotation_files]
+        raise CocoLayoutError("data.coco_annotation_files names no annotation file.")
+    open_binary = open_binary or files.open_local
+    paths = [files.resolve(data_dir, name) for name in annotation_files]
     folders = [image_folder(path) for path in paths]
     if not karpathy_split_file:
         for path, folder in zip(paths, folders, strict=True):
             if default_split(folder, "") is None:
-                raise flickr8k.Flickr8kLayoutError(
+                raise CocoLayoutError(
                     f"{path}: images of {folder}/ have no split without data.karpathy_split_file "
                     "(only train* and val* folders do).")
-    image_files = karpathy.list_image_files(image_dir) if image_dir is not None else None
+    image_files = files.list_image_files(image_dir) if image_dir is not None else None
 
     # One pass over each file's images: id -> image id, and the bad entries as split rejects.
     names_by_file: List[Dict[int, str]] = []
@@ -101,7 +107,7 @@ def read_coco(
         image_entries.extend(entries)
 
     if karpathy_split_file:
-        split_path = flickr8k._resolve(data_dir, karpathy_split_file)
+        split_path = files.resolve(data_dir, karpathy_split_file)
         splits = dict(karpathy.KARPATHY_SPLITS, **{karpathy.RESTVAL: restval_split})
         split_lines = itertools.chain([line for line in image_entries if line.error is not None],
                              karpathy.split_entries(split_path, open_binary, splits))
@@ -109,18 +115,18 @@ def read_coco(
         split_lines = iter(image_entries)
     caption_lines = (line for path, names in zip(paths, names_by_file, strict=True)
                      for line in _caption_lines(path, names, open_binary))
-    return flickr8k.build_index(
+    return index.build_index(
         split_lines, caption_lines, os.path.basename(paths[0]), image_files, max_caption_chars,
-        max_captions_per_image, is_safe_name=karpathy.is_image_path)
+        max_captions_per_image, is_safe_name=index.is_image_path)
 
 
 def _items(path: str, prefix: str, open_binary: Callable[[str], BinaryIO]) -> Iterator[Tuple[int, object]]:
     """(position from 1, item) for each element of the JSON list at ``prefix``."""
-    with flickr8k._open_required(path, open_binary) as stream:
+    with files.open_required(path, open_binary, CocoLayoutError) as stream:
         try:
             yield from enumerate(ijson.items(stream, prefix, use_float=True), start=1)
         except ijson.JSONError as error:
-            raise flickr8k.Flickr8kLayoutError(
+            raise CocoLayoutError(
                 f"{path} is not a COCO caption annotation file (JSON with 'images' and "
                 f"'annotations' lists): {error}") from error
 
@@ -170,5 +176,14 @@ def _caption_lines(path: str, names: Dict[int, str], open_binary) -> Iterator[Ca
             continue
         caption_index = next_index.get(image_number, 0)
         next_index[image_number] = caption_index + 1
-        line = flickr8k._caption_line(number, names[image_number], caption_index, caption)
+        line = index.caption_line(number, names[image_number], caption_index, caption)
         yield dataclasses.replace(line, source=source)
+
+
+def read_index(data_dir: str, data: config_lib.DataConfig,
+               open_binary: Optional[Callable[[str], BinaryIO]] = None) -> index.CaptionIndex:
+    """:func:`read_coco` with ``data``'s settings (the format registry's entry point)."""
+    return read_coco(data_dir, data.coco_annotation_files,
+                     karpathy_split_file=data.karpathy_split_file, restval_split=data.restval_split,
+                     open_binary=open_binary, max_caption_chars=data.max_caption_chars,
+                     max_captions_per_image=data.max_captions_per_image)

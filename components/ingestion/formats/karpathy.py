@@ -12,7 +12,7 @@ rest of val2014, which goes to ``data.restval_split``, train by default).
 Captions are the ``raw`` sentences, indexed by their position in the image's
 list.
 
-The rules of :func:`components.ingestion.formats.flickr8k.build_index` apply as for the
+The rules of :func:`components.ingestion.formats.index.build_index` apply as for the
 Flickr8k text files, with an image entry in the role of a split-list line (its
 ``line_number`` is the entry's position in ``images``, from 1) and a sentence in
 the role of a caption line: every sentence ends accepted in exactly one split
@@ -21,28 +21,29 @@ or rejected with a reason, and entries that are not what the format says
 are ``malformed_line`` rejects, and an unknown ``split`` is ``unknown_split``.
 The file is streamed (``ijson``), twice, so memory holds the index and
 never the parsed file; a file that is not JSON raises
-:class:`~components.ingestion.formats.flickr8k.Flickr8kLayoutError`.
+:class:`KarpathyLayoutError`.
 """
 
 from __future__ import annotations
 
 import os
-from typing import BinaryIO, Callable, Dict, Iterator, Optional, Set
+from typing import BinaryIO, Callable, Dict, Iterator, Optional
 
 import ijson
 
 from components import config as config_lib
-from components.ingestion.formats import flickr8k
-from components.ingestion.formats.flickr8k import CaptionLine, RejectReason, SplitLine
+from components.ingestion.formats import files, index
+from components.ingestion.formats.index import CaptionLine, RejectReason, SplitLine
 
 KARPATHY_SPLITS = {"train": "train", "val": "dev", "test": "test"}
 RESTVAL = "restval"
 
 
-def is_image_path(name: str) -> bool:
-    """A plain file name, or ``folder/file`` with both parts plain (COCO's ``filepath``)."""
-    parts = name.split("/")
-    return 1 <= len(parts) <= 2 and all(flickr8k.is_plain_file_name(part) for part in parts)
+class KarpathyLayoutError(index.DatasetLayoutError):
+    """A required Karpathy split file is missing, unreadable or not of the format."""
+
+    dataset = "Karpathy split"
+
 
 
 def read_karpathy(
@@ -53,30 +54,30 @@ def read_karpathy(
     open_binary: Optional[Callable[[str], BinaryIO]] = None,
     max_caption_chars: int = config_lib.DataConfig.max_caption_chars,
     max_captions_per_image: int = config_lib.DataConfig.max_captions_per_image,
-) -> flickr8k.Flickr8kIndex:
-    """Reads a Karpathy split file; the arguments are :func:`flickr8k.read_flickr8k`'s.
+) -> index.CaptionIndex:
+    """Reads a Karpathy split file; the arguments are :func:`.flickr8k.read_flickr8k`'s.
 
     Raises:
-      Flickr8kLayoutError: the file is missing or not JSON of this format.
+      KarpathyLayoutError: the file is missing or not JSON of this format.
     """
-    open_binary = open_binary or flickr8k._open_local
-    path = flickr8k._resolve(data_dir, captions_file)
-    image_files = list_image_files(image_dir) if image_dir is not None else None
+    open_binary = open_binary or files.open_local
+    path = files.resolve(data_dir, captions_file)
+    image_files = files.list_image_files(image_dir) if image_dir is not None else None
     splits = dict(KARPATHY_SPLITS, **{RESTVAL: restval_split})
-    return flickr8k.build_index(
+    return index.build_index(
         split_entries(path, open_binary, splits), _caption_lines(path, open_binary),
         os.path.basename(path), image_files, max_caption_chars, max_captions_per_image,
-        is_safe_name=is_image_path)
+        is_safe_name=index.is_image_path)
 
 
 def _entries(path: str, open_binary: Callable[[str], BinaryIO]) -> Iterator[tuple]:
     """(entry number from 1, image id or None, the entry) for each of ``images``."""
-    with flickr8k._open_required(path, open_binary) as stream:
+    with files.open_required(path, open_binary, KarpathyLayoutError) as stream:
         try:
             for number, entry in enumerate(ijson.items(stream, "images.item", use_float=True), start=1):
                 yield number, _image_id(entry), entry
         except ijson.JSONError as error:
-            raise flickr8k.Flickr8kLayoutError(
+            raise KarpathyLayoutError(
                 f"{path} is not a Karpathy split file (JSON with an 'images' list): {error}") from error
 
 
@@ -88,17 +89,6 @@ def _image_id(entry) -> Optional[str]:
         return f"{filepath.strip()}/{entry['filename'].strip()}"
     return entry["filename"].strip()
 
-
-def list_image_files(image_dir: str) -> Set[str]:
-    """Every file under ``image_dir`` as ``folder/name`` (one listing, no file reads).
-
-    Raises:
-      Flickr8kLayoutError: the folder does not exist.
-    """
-    if not os.path.isdir(image_dir):
-        raise flickr8k.Flickr8kLayoutError(f"Image folder {image_dir!r} does not exist.")
-    return {os.path.relpath(os.path.join(folder, name), image_dir).replace(os.sep, "/")
-            for folder, _, names in os.walk(image_dir) for name in names}
 
 
 def split_entries(path: str, open_binary: Callable[[str], BinaryIO], splits: Dict[str, str]
@@ -128,11 +118,20 @@ def _caption_lines(path: str, open_binary) -> Iterator[CaptionLine]:
             yield CaptionLine(number, image_id or "", error=(
                 RejectReason.MALFORMED_LINE, f"image entry {number} has no 'sentences' list"))
             continue
-        for index, sentence in enumerate(sentences):
+        for caption_index, sentence in enumerate(sentences):
             raw = sentence.get("raw") if isinstance(sentence, dict) else None
             if image_id is None or not isinstance(raw, str):
-                what = "no string 'filename'" if image_id is None else f"sentence {index} has no string 'raw'"
-                yield CaptionLine(number, image_id or "", index, error=(
+                what = "no string 'filename'" if image_id is None else \
+                    f"sentence {caption_index} has no string 'raw'"
+                yield CaptionLine(number, image_id or "", caption_index, error=(
                     RejectReason.MALFORMED_LINE, f"image entry {number}: {what}"))
                 continue
-            yield flickr8k._caption_line(number, image_id, index, raw)
+            yield index.caption_line(number, image_id, caption_index, raw)
+
+
+def read_index(data_dir: str, data: config_lib.DataConfig,
+               open_binary: Optional[Callable[[str], BinaryIO]] = None) -> index.CaptionIndex:
+    """:func:`read_karpathy` with ``data``'s settings (the format registry's entry point)."""
+    return read_karpathy(data_dir, data.captions_file, restval_split=data.restval_split,
+                         open_binary=open_binary, max_caption_chars=data.max_caption_chars,
+                         max_captions_per_image=data.max_captions_per_image)
