@@ -104,7 +104,7 @@ pipeline-local: $(STAMP) check-java
 	$(PY) -m pipeline.local_runner run $(PIPELINE_LOCAL_ARGS)
 
 pipeline-compile: $(STAMP)
-	$(PY) -m pipeline.kubeflow_v2_runner compile --output_file=$(OUTPUT_DIR)/kfp/flickr8k-captioning.json $(KFP_ARGS)
+	$(PY) -m pipeline.kubeflow_v2_runner compile --output_dir=$(OUTPUT_DIR) $(KFP_ARGS)
 
 # The compiled Vertex AI pipeline executed here, task by task, through TFX's container entrypoint.
 pipeline-rehearse: $(STAMP) check-java
@@ -112,7 +112,7 @@ pipeline-rehearse: $(STAMP) check-java
 
 pipeline-vertex: $(STAMP)
 	@test -n "$(PROJECT)" -a -n "$(BUCKET)" -a -n "$(DATA_DIR)" || { echo "make pipeline-vertex needs PROJECT=, BUCKET= and DATA_DIR=gs://... (REGION= defaults to us-central1)" >&2; exit 1; }
-	$(PY) -m pipeline.kubeflow_v2_runner submit --output_file=$(OUTPUT_DIR)/kfp/flickr8k-captioning.json $(KFP_ARGS)
+	$(PY) -m pipeline.kubeflow_v2_runner submit --output_dir=$(OUTPUT_DIR) $(KFP_ARGS)
 
 clean:
 	rm -rf $(VENV) outputs .pytest_cache build *.egg-info

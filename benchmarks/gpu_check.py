@@ -69,7 +69,8 @@ def train_steps(examples: str, precision: str, steps: int) -> dict:
     from components.trainer import model as model_lib
 
     keras.utils.set_random_seed(0)
-    trainer = config_lib.TrainerConfig(per_replica_batch_size=30, mixed_precision=precision != "float32")
+    trainer = config_lib.TrainerConfig(per_replica_batch_size=30,
+                                       mixed_precision="off" if precision == "float32" else "on")
     strategy = run_fn.make_strategy()
     per_batch = inputs.images_per_batch(trainer.per_replica_batch_size, CAPTIONS_PER_IMAGE,
                                         strategy.num_replicas_in_sync)

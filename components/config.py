@@ -33,10 +33,10 @@ RESNET_WEIGHTS_IMAGENET = "imagenet"
 # The dataset's splits, in pipeline order, and the caption metrics the evaluator computes.
 CAPTION_METRIC_NAMES = ("BLEU-1", "BLEU-2", "BLEU-3", "BLEU-4", "METEOR", "ROUGE-L", "CIDEr")
 # The feature layout the schema, the validation gate and the Trainer read: ResNet50's 7x7 grid
-# needs ceil(image_size / 32) == 7, and the features are stored as float16.
+# needs ceil(image_size / 32) == 7.
 RESNET_GRID_IMAGE_SIZES = range(193, 225)
-FEATURE_DTYPES = (example_format.FEATURE_DTYPE,)
 BFLOAT16_MODES = cpu_bfloat16.MODES
+MIXED_PRECISION_MODES = ("auto", "on", "off")
 # Images with more pixels are rejected (decompression bombs): ~2x the largest consumer photos;
 # Flickr8k images are ~0.19 MP.
 DEFAULT_MAX_IMAGE_PIXELS = 40_000_000
@@ -77,7 +77,6 @@ class DataConfig:
     # Where a Karpathy file's "restval" images (COCO's rest of val2014) go.
     restval_split: str = "train"
     image_dir_name: str = "Flicker8k_Dataset"  # sic: the official archive's spelling
-    text_dir_name: str = "Flickr8k_text"
     # Either the official ``Flickr8k.token.txt`` or a Kaggle-style ``captions.txt``
     # (path relative to ``data_dir``); the reader detects the format.
     captions_file: str = "Flickr8k_text/Flickr8k.token.txt"
@@ -111,12 +110,10 @@ class FeaturesConfig:
     # Image files larger than this are rejected before they are read (file_too_large).
     max_image_bytes: int = 50_000_000
     inference_batch_size: int = 16
-    feature_dtype: str = "float16"
     # oneDNN's bfloat16 rewrite of ResNet50 (components.cpu_bfloat16): "auto" (on where the CPU
-    # has native bfloat16), "on", "off". See README "Speed" for what it gains and changes.
+    # has native bfloat16), "on", "off". README "Benchmarks" has what it gains and changes.
     onednn_bfloat16: str = "off"
-    # GZIP saves ~22% of disk on float16 features but costs ~18 ms of one core per
-    # image, about 20% of ingestion throughput on 2 cores (see make bench).
+    # GZIP the TFRecords: less disk, less ingestion throughput (README "Benchmarks" has both).
     compress_examples: bool = False
 
 
@@ -133,8 +130,8 @@ class TransformConfig:
     # 0 derives the maximum caption length from the training captions.
     max_caption_length: int = 0
     max_caption_length_quantile: float = 0.99
-    # Words seen fewer times in the train captions map to <unk>. On real Flickr8k,
-    # 5 keeps 2,535 words (README "Transform"); 1 keeps 7,370, most of them seen once.
+    # Words seen fewer times in the train captions map to <unk> (what each threshold keeps of
+    # real Flickr8k: README "Real Flickr8k vocabulary facts").
     vocab_frequency_threshold: int = 5
     vocab_top_k: int = 0  # 0: no limit
 
@@ -148,23 +145,34 @@ class TrainerConfig:
     second_lstm_units: int = 256
     attention_heads: int = 1
     attention_key_dim: int = 64
-    # 0.3 (the original's) underfit the demo data: test BLEU-4 0.53 where 0.1 gave 0.73 (measured
-    # before feature standardisation); early stopping on dev loss guards against overfitting.
+    # Why 0.1 and not the original's 0.3: README "Trainer" (measured on the demo data).
     dropout_rate: float = 0.1
     fine_tune_embedding: bool = False
+    # Caption rows per replica: on CPU devices, and on each GPU (where a batch of 32 rows leaves
+    # the GPU mostly idle). Images per batch = rows // captions per image.
     per_replica_batch_size: int = 32
+    gpu_per_replica_batch_size: int = 160
     epochs: int = 40
+    # learning_rate and warmup_steps are for a global batch of learning_rate_batch_size caption
+    # rows. Another global batch (replicas x rows per replica) scales the learning rate by the
+    # square root of the ratio (Adam; Malladi et al. 2022, "On the SDEs and Scaling Rules for
+    # Adaptive Gradient Algorithms") and the warm-up steps by its inverse, so the warm-up spans
+    # as many captions on 8 GPUs as on one CPU.
     learning_rate: float = 1e-3
     warmup_steps: int = 100
+    learning_rate_batch_size: int = 32
+    # Train steps per call into the compiled graph: >1 saves the per-step Python overhead that
+    # keeps a fast GPU waiting; callbacks then see every steps_per_execution-th step.
+    steps_per_execution: int = 1
     clipnorm: float = 1.0
     early_stopping_patience: int = 5
     # Early stopping watches dev loss from this fraction of ``epochs`` on (the best weights are
-    # restored from that part only). In the schedule's first half dev loss rose by up to 21% from
-    # one epoch to the next in demo trainings: watched from epoch 1, patience 5 stopped one at
-    # epoch 16 (test BLEU-4 0.81) that reached 0.91 by its schedule's end (README "Evaluation").
+    # restored from that part only); why half: README "Trainer" (measured on the demo data).
     early_stopping_start_fraction: float = 0.5
     cache_dataset: bool = True  # parsed images in memory: ~200 KB each
-    mixed_precision: bool = False
+    # float16 compute with float32 variables, logits and loss: "auto" (on where every visible
+    # GPU has float16 tensor cores, compute capability 7.0+; off on CPUs), "on", "off".
+    mixed_precision: str = "auto"
     # oneDNN's bfloat16 rewrite of the train step (components.cpu_bfloat16): "auto" (on where the
     # CPU has native bfloat16), "on", "off". Variables, the loss and the exported model stay float32.
     onednn_bfloat16: str = "auto"
@@ -384,6 +392,10 @@ def _fractions(values) -> bool:
             and abs(sum(values) - 1.0) < 1e-6)
 
 
+# Ingestion and the Trainer each have their own oneDNN bfloat16 switch, with the same modes.
+_BFLOAT16_RULE = ("onednn_bfloat16", lambda value: value in BFLOAT16_MODES,
+                  f"must be one of {list(BFLOAT16_MODES)}")
+
 _SECTION_RULES = {
     "data": _rules("data", [
         ("format", lambda value: value in DATA_FORMATS, f"must be one of {list(DATA_FORMATS)}"),
@@ -414,9 +426,7 @@ _SECTION_RULES = {
         ("max_image_pixels", _positive, "must be > 0"),
         ("max_image_bytes", _at_least(1), "must be >= 1"),
         ("inference_batch_size", _at_least(1), "must be >= 1"),
-        ("feature_dtype", lambda value: value in FEATURE_DTYPES,
-         f"must be one of {list(FEATURE_DTYPES)} (the schema and the Trainer read float16)"),
-        ("onednn_bfloat16", lambda value: value in BFLOAT16_MODES, f"must be one of {list(BFLOAT16_MODES)}"),
+        _BFLOAT16_RULE,
     ]),
     "transform": _rules("transform", [
         ("glove_zip_member", _non_empty, "must name the GloVe file inside a zip"),
@@ -438,14 +448,19 @@ _SECTION_RULES = {
         ("attention_key_dim", _at_least(1), "must be >= 1"),
         ("dropout_rate", lambda value: _finite(value) and 0 <= value < 1, "must be in [0, 1)"),
         ("per_replica_batch_size", _at_least(1), "must be >= 1"),
+        ("gpu_per_replica_batch_size", _at_least(1), "must be >= 1"),
         ("epochs", _at_least(1), "must be >= 1"),
         ("learning_rate", _positive, "must be finite and > 0"),
         ("warmup_steps", _at_least(0), "must be >= 0"),
+        ("learning_rate_batch_size", _at_least(1), "must be >= 1"),
+        ("steps_per_execution", _at_least(1), "must be >= 1"),
+        ("mixed_precision", lambda value: value in MIXED_PRECISION_MODES,
+         f"must be one of {list(MIXED_PRECISION_MODES)}"),
         ("clipnorm", _positive, "must be finite and > 0"),
         ("early_stopping_patience", _at_least(0), "must be >= 0"),
         ("early_stopping_start_fraction", lambda value: _finite(value) and 0 <= value <= 1,
          "must be in [0, 1]"),
-        ("onednn_bfloat16", lambda value: value in BFLOAT16_MODES, f"must be one of {list(BFLOAT16_MODES)}"),
+        _BFLOAT16_RULE,
         ("seed", _at_least(0), "must be >= 0"),
     ]),
     "export": _rules("export", [

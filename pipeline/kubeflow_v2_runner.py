@@ -47,7 +47,13 @@ def bucket_uri(cloud: config_lib.CloudConfig, *parts: str) -> str:
 
 
 def image_uri(cloud: config_lib.CloudConfig) -> str:
-    return cloud.image or f"gcr.io/{project_id(cloud)}/flickr8k-captioning:latest"
+    """``cloud.image``, or the image named after the pipeline in the project's registry."""
+    return cloud.image or f"gcr.io/{project_id(cloud)}/{config_lib.RuntimeConfig.pipeline_name}:latest"
+
+
+def pipeline_file(runtime: config_lib.RuntimeConfig) -> str:
+    """Where compile writes the pipeline JSON: ``<output_dir>/kfp/<pipeline name>.json``."""
+    return os.path.join(runtime.output_dir, "kfp", f"{runtime.pipeline_name}.json")
 
 
 def dataflow_beam_args(cloud: config_lib.CloudConfig) -> List[str]:
@@ -156,7 +162,7 @@ def compile_pipeline(pipeline_config: config_lib.PipelineConfig, output_file: st
     from tfx import v1 as tfx
 
     from pipeline import fingerprints
-    from pipeline.pipeline import create_pipeline
+    from pipeline.pipeline import SCHEMA_FILE, create_pipeline
 
     problems = cloud_problems(pipeline_config)
     if problems:
@@ -168,7 +174,7 @@ def compile_pipeline(pipeline_config: config_lib.PipelineConfig, output_file: st
         pipeline_config,
         pipeline_root=pipeline_root,
         data_fingerprint=cloud_data_fingerprint(pipeline_config, fingerprint_data),
-        schema_path=os.path.join(IMAGE_WORKDIR, "schemas", "schema.pbtxt"),
+        schema_path=os.path.join(IMAGE_WORKDIR, SCHEMA_FILE),
         code_fingerprints=fingerprints.pipeline_code_fingerprints(),
         serving_model_dir=pipeline_config.export.push_destination or bucket_uri(cloud, "serving_model"),
         beam_pipeline_args=dataflow_beam_args(cloud) if cloud.dataflow else ["--runner=DirectRunner"],
@@ -213,9 +219,10 @@ def _parse_args(argv: Sequence[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m pipeline.kubeflow_v2_runner", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("command", choices=("compile", "submit"))
-    parser.add_argument("--output_file", default="outputs/kfp/flickr8k-captioning.json")
-    config_lib.add_config_flags(
-        parser, ("project", "region", "bucket", "image", "data_dir", "glove", "resnet_weights"))
+    parser.add_argument("--output_file", default="",
+                        help="the pipeline JSON (default: OUTPUT_DIR/kfp/<pipeline name>.json)")
+    config_lib.add_config_flags(parser, ("output_dir", "project", "region", "bucket", "image",
+                                         "data_dir", "glove", "resnet_weights"))
     parser.add_argument("--no_data_fingerprint", action="store_true",
                         help="do not read DATA_DIR from here (no GCS credentials)")
     parser.add_argument("--disable_cache", action="store_true")
@@ -239,7 +246,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         print(error, file=sys.stderr)
         return 2
     try:
-        path = compile_pipeline(pipeline_config, args.output_file,
+        path = compile_pipeline(pipeline_config, args.output_file or pipeline_file(pipeline_config.runtime),
                                 fingerprint_data=not args.no_data_fingerprint,
                                 enable_cache=not args.disable_cache)
     except CloudConfigError as error:

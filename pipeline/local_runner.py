@@ -25,8 +25,7 @@ from components import example_format
 from components.ingestion import demo_data
 from pipeline import console
 
-SCHEMA_PATH = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
-                           "schemas", "schema.pbtxt")
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def build_config(args: argparse.Namespace) -> config_lib.PipelineConfig:
@@ -143,7 +142,7 @@ def run_pipeline(pipeline_config: config_lib.PipelineConfig) -> None:
 
     from components.ingestion.example_gen import data_fingerprint
     from pipeline import fingerprints
-    from pipeline.pipeline import create_pipeline
+    from pipeline.pipeline import SCHEMA_FILE, create_pipeline
 
     output_dir = os.path.abspath(pipeline_config.runtime.output_dir)
     os.makedirs(os.path.dirname(metadata_path(output_dir)), exist_ok=True)
@@ -157,7 +156,7 @@ def run_pipeline(pipeline_config: config_lib.PipelineConfig) -> None:
         pipeline_config,
         pipeline_root=os.path.join(output_dir, "pipeline_root"),
         data_fingerprint=data_fingerprint(pipeline_config.data),
-        schema_path=SCHEMA_PATH,
+        schema_path=os.path.join(REPO_ROOT, SCHEMA_FILE),
         code_fingerprints=fingerprints.pipeline_code_fingerprints(),
         serving_model_dir=serving_model_dir(pipeline_config),
         metadata_connection_config=tfx.orchestration.metadata.sqlite_metadata_connection_config(

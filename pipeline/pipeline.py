@@ -18,6 +18,9 @@ from components.serving.pusher import AtomicPusher
 from components.transform import preprocessing
 from components.transform.validation_gate import ExampleValidationGate
 
+# The data schema ImportSchemaGen reads, relative to the repository (and the image's workdir).
+SCHEMA_FILE = os.path.join("schemas", "schema.pbtxt")
+
 # The config sections each stage reads. The Pusher reads none: its destination is a path.
 STAGE_SECTIONS = {
     "ingestion": ("data", "features"),

@@ -69,6 +69,7 @@ DEMO_SETTINGS = {
     "trainer.per_replica_batch_size": "8",
     "trainer.warmup_steps": "5",
     "trainer.learning_rate": "0.003",
+    "trainer.learning_rate_batch_size": "8",  # one CPU replica: the rate as given
     "trainer.image_dense_units": "64,32",
     "trainer.lstm_units": "32",
     "trainer.second_lstm_units": "32",
@@ -590,7 +591,8 @@ def main(argv: Optional[List[str]] = None) -> int:
         # cache serves every task before the Trainer, and its evaluator gets a baseline model.
         run_config = dataclasses.replace(pipeline_config, trainer=dataclasses.replace(
             pipeline_config.trainer, seed=pipeline_config.trainer.seed + run - 1))
-        spec_path = os.path.join(root, "kfp", f"run{run}", "flickr8k-captioning.json")
+        spec_path = kubeflow_v2_runner.pipeline_file(dataclasses.replace(
+            run_config.runtime, output_dir=os.path.join(root, f"run{run}")))
         compile_started = time.monotonic()
         try:
             kubeflow_v2_runner.compile_pipeline(run_config, spec_path, fingerprint_data=False)

@@ -25,8 +25,10 @@ from components.ingestion import beam_job, demo_data
 from components.trainer import run_fn
 from components.transform import preprocessing
 
+# learning_rate_batch_size: the tests' 2 replicas x 8 rows train at learning_rate as given.
 SMALL_TRAINER = dict(per_replica_batch_size=8, image_dense_units=(64, 32), lstm_units=32,
-                     second_lstm_units=32, attention_key_dim=16, warmup_steps=5, learning_rate=3e-3)
+                     second_lstm_units=32, attention_key_dim=16, warmup_steps=5, learning_rate=3e-3,
+                     learning_rate_batch_size=16)
 
 
 def transform_splits(root: str, rows_by_split: dict, pipeline_config: config_lib.PipelineConfig) -> str:

@@ -274,7 +274,7 @@ def IngestFlickr8k(pipeline: beam.Pipeline, index: index_lib.CaptionIndex, image
     examples = (
         read.images
         | "ResNet50Features" >> RunInference(KeyedModelHandler(ResNet50FeatureHandler(features)))
-        | "ToExamples" >> beam.ParDo(ToExample(features.feature_dtype)).with_outputs(
+        | "ToExamples" >> beam.ParDo(ToExample(example_format.FEATURE_DTYPE)).with_outputs(
             ToExample.REJECTS, main="examples"))
     reader_rejects = (
         pipeline

@@ -26,6 +26,7 @@ Use :func:`build_captioning_model` directly to build the model without running
 the pipeline (README "Trainer").
 """
 
+import math
 from typing import Optional, Tuple
 
 import keras
@@ -57,7 +58,7 @@ def build_captioning_model(
     trainer: config_lib.TrainerConfig,
     vocabulary_size: int,
     embedding_matrix: Optional[np.ndarray] = None,
-    embedding_dim: int = 300,
+    embedding_dim: int = config_lib.TransformConfig.embedding_dim,
     fine_tune_embedding: Optional[bool] = None,
     feature_statistics: Optional[Tuple[np.ndarray, np.ndarray]] = None,
 ) -> keras.Model:
@@ -85,7 +86,7 @@ def build_captioning_model(
         raise ValueError(f"Embedding matrix has {embedding_matrix.shape[0]} rows for a vocabulary of "
                          f"{vocabulary_size} ids.")
     trainable = trainer.fine_tune_embedding if fine_tune_embedding is None else fine_tune_embedding
-    policy = "mixed_float16" if trainer.mixed_precision else "float32"
+    policy = "mixed_float16" if mixed_precision_enabled(trainer.mixed_precision) else "float32"
     dim = embedding_matrix.shape[1] if embedding_matrix is not None else embedding_dim
 
     image_features = keras.Input((example_format.FEATURE_POSITIONS, example_format.FEATURE_DEPTH),
@@ -283,26 +284,62 @@ class IncrementalDecoder:
                              for tensor in (first_h, first_c, second_h, second_c)), scores
 
 
-def learning_rate_schedule(trainer: config_lib.TrainerConfig, total_steps: int):
-    """Linear warm-up to ``trainer.learning_rate``, then cosine decay to 10% of it."""
-    warmup_steps = min(trainer.warmup_steps, max(total_steps // 2, 1))
+# float16 tensor cores (Volta and later): where mixed precision is faster than float32.
+MIN_FLOAT16_COMPUTE_CAPABILITY = (7, 0)
+
+
+def mixed_precision_enabled(mode: str, gpu_compute_capabilities=None) -> bool:
+    """``trainer.mixed_precision`` resolved: "auto" is on only where GPUs are visible and every
+    one has float16 tensor cores (``gpu_compute_capabilities``: (major, minor) per GPU; default:
+    the visible GPUs')."""
+    if mode != "auto":
+        return mode == "on"
+    if gpu_compute_capabilities is None:
+        import tensorflow as tf
+
+        gpu_compute_capabilities = [
+            tf.config.experimental.get_device_details(gpu).get("compute_capability")
+            for gpu in tf.config.list_physical_devices("GPU")]
+    return bool(gpu_compute_capabilities) and all(
+        capability is not None and tuple(capability) >= MIN_FLOAT16_COMPUTE_CAPABILITY
+        for capability in gpu_compute_capabilities)
+
+
+def scaled_learning_rate(trainer: config_lib.TrainerConfig, global_batch_size: int) -> Tuple[float, int]:
+    """(peak learning rate, warm-up steps) for ``global_batch_size`` caption rows per step:
+    ``trainer.learning_rate`` times the square root of the batch ratio to
+    ``trainer.learning_rate_batch_size`` (the rule for Adam), ``trainer.warmup_steps`` divided
+    by the ratio (the same number of captions seen during warm-up)."""
+    ratio = global_batch_size / trainer.learning_rate_batch_size
+    return trainer.learning_rate * math.sqrt(ratio), math.ceil(trainer.warmup_steps / ratio)
+
+
+def learning_rate_schedule(trainer: config_lib.TrainerConfig, total_steps: int,
+                           global_batch_size: Optional[int] = None):
+    """Linear warm-up to the scaled learning rate (:func:`scaled_learning_rate`), then cosine
+    decay to 10% of it; ``global_batch_size`` defaults to ``trainer.learning_rate_batch_size``."""
+    peak, warmup_steps = scaled_learning_rate(
+        trainer, global_batch_size or trainer.learning_rate_batch_size)
+    warmup_steps = min(warmup_steps, max(total_steps // 2, 1))
     return keras.optimizers.schedules.CosineDecay(
         initial_learning_rate=0.0, decay_steps=max(total_steps - warmup_steps, 1), alpha=0.1,
-        warmup_target=trainer.learning_rate, warmup_steps=warmup_steps)
+        warmup_target=peak, warmup_steps=warmup_steps)
 
 
 def compile_model(model: keras.Model, trainer: config_lib.TrainerConfig, total_steps: int,
-                  learning_rate=None) -> keras.Model:
-    """Adam with gradient-norm clipping, the masked loss from logits and masked accuracy."""
+                  learning_rate=None, global_batch_size: Optional[int] = None) -> keras.Model:
+    """Adam with gradient-norm clipping, the masked loss from logits and masked accuracy;
+    ``trainer.steps_per_execution`` steps per graph call."""
     from components.trainer import losses, optimizers
 
     # Both clip and skip overflowed steps on the gradient of all replicas (optimizers module).
     optimizer = optimizers.ReducedGradientClipAdam(
         learning_rate=learning_rate if learning_rate is not None else learning_rate_schedule(
-            trainer, total_steps),
+            trainer, total_steps, global_batch_size),
         clipnorm=trainer.clipnorm)
-    if trainer.mixed_precision:
+    if mixed_precision_enabled(trainer.mixed_precision):
         optimizer = optimizers.ReplicaAgreedLossScaleOptimizer(optimizer)
     model.compile(optimizer=optimizer, loss=losses.MaskedCaptionLoss(),
-                  metrics=[losses.MaskedTokenAccuracy()])
+                  metrics=[losses.MaskedTokenAccuracy()],
+                  steps_per_execution=trainer.steps_per_execution)
     return model

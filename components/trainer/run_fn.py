@@ -205,14 +205,20 @@ def _train(pipeline_config, train_files, eval_files, transform_output_dir, model
 
     strategy = make_strategy()
     replicas = strategy.num_replicas_in_sync
+    on_gpus = bool(tf.config.list_logical_devices("GPU"))
+    per_replica_rows = trainer.gpu_per_replica_batch_size if on_gpus else trainer.per_replica_batch_size
     train_images, train_most_captions = inputs.caption_counts(train_files, max_caption_length)
     eval_images, eval_most_captions = inputs.caption_counts(eval_files, max_caption_length)
     captions_per_image = max(train_most_captions, eval_most_captions, 1)
-    images_per_batch = inputs.images_per_batch(trainer.per_replica_batch_size, captions_per_image,
-                                               replicas)
+    images_per_batch = inputs.images_per_batch(per_replica_rows, captions_per_image, replicas)
+    peak_learning_rate, warmup_steps = model_lib.scaled_learning_rate(trainer, per_replica_rows * replicas)
     logging.info("Training on %d replica(s) %s: batches of %d images x %d caption rows, "
-                 "vocabulary %d ids (%d words).", replicas, strategy.extended.worker_devices,
-                 images_per_batch, captions_per_image, matrix.shape[0], len(words))
+                 "vocabulary %d ids (%d words); learning rate %.3g after %d warm-up steps "
+                 "(trainer.learning_rate %.3g for %d rows, scaled to %d x %d rows); mixed "
+                 "precision %s.", replicas, strategy.extended.worker_devices, images_per_batch,
+                 captions_per_image, matrix.shape[0], len(words), peak_learning_rate, warmup_steps,
+                 trainer.learning_rate, trainer.learning_rate_batch_size, replicas, per_replica_rows,
+                 "on" if model_lib.mixed_precision_enabled(trainer.mixed_precision) else "off")
     # fit is told the exact steps of one pass over repeated datasets: left to find the end of
     # the data itself, the replicas raced for it, and the loss Keras reported for an epoch
     # counted the last step or not (measured: identical weights and accuracies, losses off by
@@ -234,7 +240,8 @@ def _train(pipeline_config, train_files, eval_files, transform_output_dir, model
             feature_statistics=(feature_mean, feature_variance))
         # Trained image-major (the encoder once per image); saved and exported caption-major.
         training_model = model_lib.image_major_model(model, captions_per_image)
-        model_lib.compile_model(training_model, trainer, total_steps=steps_per_epoch * trainer.epochs)
+        model_lib.compile_model(training_model, trainer, total_steps=steps_per_epoch * trainer.epochs,
+                                global_batch_size=per_replica_rows * replicas)
 
     progress = EpochProgress(trainer.epochs, steps_per_epoch)
     callbacks = [
