@@ -63,7 +63,7 @@ def write_photo_layout(root: str, num_images: int, photo_dir: str = SAMPLE_IMAGE
              for number in range(num_images)]
     for number, name in enumerate(names):
         shutil.copyfile(photos[number % len(photos)], os.path.join(image_dir, name))
-    flickr8k.write_token_file(os.path.join(text_dir, "Flickr8k.token.txt"),
+    flickr8k.write_token_file(os.path.join(text_dir, config_lib.FLICKR8K_TOKEN_FILE),
                               ((name, ["A photo ."]) for name in names))
     for split, split_names in (("train", names), ("dev", []), ("test", [])):
         flickr8k.write_split_file(os.path.join(text_dir, config_lib.FLICKR8K_SPLIT_FILES[split]),

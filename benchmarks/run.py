@@ -16,6 +16,7 @@ import time
 
 from absl import logging
 
+from components import config as config_lib
 from components.ingestion.formats import flickr8k
 
 SAMPLE_TEXT_DIR = os.path.join(os.path.dirname(__file__), "..", "..", "shared", "data",
@@ -33,7 +34,7 @@ def _best_of(repeats, function):
 
 def bench_reader(data_dir: str) -> dict:
     """Reader over the real token file vs a bare split of the same lines (the ceiling)."""
-    token_path = os.path.join(data_dir, "Flickr8k_text", "Flickr8k.token.txt")
+    token_path = os.path.join(data_dir, config_lib.DataConfig.captions_file)
 
     def bare_split():
         with open(token_path, encoding="utf-8") as stream:

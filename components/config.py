@@ -42,6 +42,7 @@ MIXED_PRECISION_MODES = ("auto", "on", "off")
 DEFAULT_MAX_IMAGE_PIXELS = 40_000_000
 # The official Flickr8k text files, relative to the dataset's folder.
 FLICKR8K_TEXT_DIR = "Flickr8k_text"
+FLICKR8K_TOKEN_FILE = "Flickr8k.token.txt"
 FLICKR8K_SPLIT_FILES = {"train": "Flickr_8k.trainImages.txt", "dev": "Flickr_8k.devImages.txt",
                         "test": "Flickr_8k.testImages.txt"}
 
@@ -79,7 +80,7 @@ class DataConfig:
     image_dir_name: str = "Flicker8k_Dataset"  # sic: the official archive's spelling
     # Either the official ``Flickr8k.token.txt`` or a Kaggle-style ``captions.txt``
     # (path relative to ``data_dir``); the reader detects the format.
-    captions_file: str = "Flickr8k_text/Flickr8k.token.txt"
+    captions_file: str = f"{FLICKR8K_TEXT_DIR}/{FLICKR8K_TOKEN_FILE}"
     train_split_file: str = f"{FLICKR8K_TEXT_DIR}/{FLICKR8K_SPLIT_FILES['train']}"
     dev_split_file: str = f"{FLICKR8K_TEXT_DIR}/{FLICKR8K_SPLIT_FILES['dev']}"
     test_split_file: str = f"{FLICKR8K_TEXT_DIR}/{FLICKR8K_SPLIT_FILES['test']}"

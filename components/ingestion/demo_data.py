@@ -160,7 +160,7 @@ def generate(output_dir: str, num_images: int = 300, seed: int = 8,
         _write_bytes(os.path.join(image_dir, demo_image.image_id), jpeg)
 
     flickr8k.write_token_file(
-        os.path.join(text_dir, "Flickr8k.token.txt"),
+        os.path.join(text_dir, config_lib.FLICKR8K_TOKEN_FILE),
         ((image.image_id, captions_for(image.shapes)) for image in images))
     splits = {split: tuple(sorted(images[i].image_id for i in indices))
               for split, indices in split_indices.items()}

@@ -27,6 +27,8 @@ from typing import BinaryIO, Dict, Iterable, Iterator, Optional, Sequence, Set, 
 
 import numpy as np
 
+from components import config as config_lib
+
 DEFAULT_STDDEV = 0.4
 
 
@@ -65,7 +67,7 @@ def _open_binary(path: str) -> BinaryIO:
     return tf.io.gfile.GFile(path, "rb")
 
 
-def iter_lines(path: str, zip_member: str = "glove.6B.300d.txt") -> Iterator[bytes]:
+def iter_lines(path: str, zip_member: str = config_lib.TransformConfig.glove_zip_member) -> Iterator[bytes]:
     """Raw lines of a GloVe file, ``.txt``, ``.txt.gz`` or ``.zip``, streamed."""
     with _open_binary(path) as raw:
         if path.endswith(".zip"):
@@ -83,7 +85,7 @@ def iter_lines(path: str, zip_member: str = "glove.6B.300d.txt") -> Iterator[byt
             yield from raw
 
 
-def read_vectors(path: str, wanted_words: Iterable[str], zip_member: str = "glove.6B.300d.txt"
+def read_vectors(path: str, wanted_words: Iterable[str], zip_member: str = config_lib.TransformConfig.glove_zip_member
                  ) -> Tuple[Dict[str, np.ndarray], int, int]:
     """Streams a GloVe file keeping only ``wanted_words``.
 
@@ -137,8 +139,8 @@ def build_embedding_matrix(
     words: Sequence[str],
     word_counts: Optional[Sequence[int]],
     glove_path: str,
-    zip_member: str = "glove.6B.300d.txt",
-    default_dim: int = 300,
+    zip_member: str = config_lib.TransformConfig.glove_zip_member,
+    default_dim: int = config_lib.TransformConfig.embedding_dim,
 ) -> Tuple[np.ndarray, EmbeddingCoverage]:
     """``[len(reserved) + len(words), dim]`` matrix; row order = reserved tokens, then words.
 

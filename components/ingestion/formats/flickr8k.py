@@ -43,7 +43,7 @@ class Flickr8kLayoutError(index.DatasetLayoutError):
 
 def read_flickr8k(
     data_dir: str,
-    captions_file: str = "Flickr8k_text/Flickr8k.token.txt",
+    captions_file: str = config_lib.DataConfig.captions_file,
     split_files: Optional[Mapping[str, str]] = None,
     image_dir: Optional[str] = None,
     open_binary: Optional[Callable[[str], BinaryIO]] = None,
