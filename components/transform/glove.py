@@ -85,7 +85,8 @@ def iter_lines(path: str, zip_member: str = config_lib.TransformConfig.glove_zip
             yield from raw
 
 
-def read_vectors(path: str, wanted_words: Iterable[str], zip_member: str = config_lib.TransformConfig.glove_zip_member
+def read_vectors(path: str, wanted_words: Iterable[str],
+                 zip_member: str = config_lib.TransformConfig.glove_zip_member,
                  ) -> Tuple[Dict[str, np.ndarray], int, int]:
     """Streams a GloVe file keeping only ``wanted_words``.
 
