@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import os
 import sys
 from typing import List, Optional, Sequence
@@ -23,7 +22,7 @@ from absl import logging
 from components import config as config_lib
 from components import example_format
 from components.ingestion import demo_data
-from pipeline import console
+from pipeline import console, run_outputs
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -126,10 +125,6 @@ def beam_pipeline_args(runtime: config_lib.RuntimeConfig) -> list:
             for flag, variable in BEAM_FLAG_ENVIRONMENT.items()] + list(runtime.extra_beam_args)
 
 
-def metadata_path(output_dir: str) -> str:
-    return os.path.join(output_dir, "metadata", "metadata.sqlite")
-
-
 def serving_model_dir(pipeline_config: config_lib.PipelineConfig) -> str:
     """Where the Pusher puts versioned models: ``export.push_destination`` or
     ``<output_dir>/serving_model``."""
@@ -145,7 +140,7 @@ def run_pipeline(pipeline_config: config_lib.PipelineConfig) -> None:
     from pipeline.pipeline import SCHEMA_FILE, create_pipeline
 
     output_dir = os.path.abspath(pipeline_config.runtime.output_dir)
-    os.makedirs(os.path.dirname(metadata_path(output_dir)), exist_ok=True)
+    os.makedirs(os.path.dirname(run_outputs.metadata_path(output_dir)), exist_ok=True)
     import tensorflow as tf
 
     num_images = count_image_files(pipeline_config.data)
@@ -160,110 +155,8 @@ def run_pipeline(pipeline_config: config_lib.PipelineConfig) -> None:
         code_fingerprints=fingerprints.pipeline_code_fingerprints(),
         serving_model_dir=serving_model_dir(pipeline_config),
         metadata_connection_config=tfx.orchestration.metadata.sqlite_metadata_connection_config(
-            metadata_path(output_dir)),
+            run_outputs.metadata_path(output_dir)),
         beam_pipeline_args=beam_pipeline_args(pipeline_config.runtime)))
-
-
-def read_metadata_store(output_dir: str):
-    """The run's ML Metadata store, read-only."""
-    from ml_metadata import metadata_store
-    from ml_metadata.proto import metadata_store_pb2
-
-    connection = metadata_store_pb2.ConnectionConfig()
-    connection.sqlite.filename_uri = metadata_path(output_dir)
-    connection.sqlite.connection_mode = metadata_store_pb2.SqliteMetadataSourceConfig.READONLY
-    return metadata_store.MetadataStore(connection)
-
-
-def latest_artifact_uri(output_dir: str, type_name: str, producer: str = "") -> Optional[str]:
-    """The newest LIVE artifact of a type (written by ``producer``, a component id) in the store."""
-    from ml_metadata.proto import metadata_store_pb2
-
-    store = read_metadata_store(output_dir)
-    live = [artifact for artifact in store.get_artifacts_by_type(type_name)
-            if artifact.state == metadata_store_pb2.Artifact.LIVE
-            and (not producer or f"{os.sep}{producer}{os.sep}" in artifact.uri)]
-    return max(live, key=lambda artifact: artifact.id).uri if live else None
-
-
-def latest_pushed_model(output_dir: str) -> Optional[str]:
-    """The version directory of the newest LIVE pushed model, or None when nothing was pushed."""
-    store = read_metadata_store(output_dir)
-    pushed = [artifact for artifact in store.get_artifacts_by_type("PushedModel")
-              if artifact.custom_properties["pushed"].int_value == 1]
-    if not pushed:
-        return None
-    return max(pushed, key=lambda artifact: artifact.id).custom_properties[
-        "pushed_destination"].string_value
-
-
-def print_evaluation(output_dir: str) -> None:
-    """The evaluator's metrics table, greedy vs beam log-probability, verdict and report path."""
-    from components.evaluation import evaluator
-
-    evaluation_uri = latest_artifact_uri(output_dir, "ModelEvaluation", "CaptionEvaluator")
-    print(f"Evaluation: {evaluation_uri}")
-    if not evaluation_uri:
-        return
-    with open(os.path.join(evaluation_uri, evaluator.METRICS_FILE), encoding="utf-8") as stream:
-        document = json.load(stream)
-    print(f"  caption metrics (beam search, width {document['beam_width']}; pycocoevalcap):")
-    print("\n".join("  " + line for line in evaluator.metrics_table(document["splits"]).splitlines()))
-    for split, result in document["splits"].items():
-        print(f"  {split}: mean caption log-probability " + ", ".join(
-            f"{name} {value:.3f}" for name, value in result["mean_log_probability"].items()))
-        for row in result["captions"][:2]:
-            print(f"    {row['image_id']}: {row['caption']!r} (a reference: {row['references'][0]!r})")
-    print(f"  {'BLESSED' if document['blessed'] else 'NOT BLESSED'}: {'; '.join(document['reasons'])}")
-    print(f"  report: {os.path.join(evaluation_uri, evaluator.REPORT_FILE)}")
-
-
-def print_outputs(pipeline_config: config_lib.PipelineConfig) -> None:
-    from components.ingestion import beam_job
-
-    output_dir = os.path.abspath(pipeline_config.runtime.output_dir)
-    examples_uri = latest_artifact_uri(output_dir, "Examples", "Flickr8kExampleGen")
-    print(f"Data: {pipeline_config.data.data_dir}")
-    print(f"Examples: {examples_uri}")
-    if examples_uri:
-        with open(os.path.join(examples_uri, beam_job.SUMMARY_FILE), encoding="utf-8") as stream:
-            summary = json.load(stream)
-        print(f"  (image, caption) pairs read {summary['pairs_read']} = accepted "
-              f"{summary['pairs_accepted']} + rejected {summary['pairs_rejected']} "
-              f"{summary['rejected_pairs_by_reason']}")
-        print(f"  images per split: {summary['images_per_split']}")
-        print(f"  rejects: {os.path.join(examples_uri, beam_job.REJECTS_DIR)}")
-    print(f"Statistics: {latest_artifact_uri(output_dir, 'ExampleStatistics', 'StatisticsGen')}")
-    transform_uri = latest_artifact_uri(output_dir, "TransformGraph", "Transform")
-    print(f"Transform graph: {transform_uri}")
-    if transform_uri:
-        facts_path = os.path.join(transform_uri, "transform_fn", "assets", example_format.FACTS_FILE)
-        with open(facts_path, encoding="utf-8") as stream:
-            facts = json.load(stream)
-        embedding = facts["embedding"]
-        print(f"  vocabulary: {facts['vocabulary_size']} ids ({facts['words_in_vocabulary']} words); "
-              f"max caption length {facts['max_caption_length']} ids, "
-              f"{facts['train_captions_truncated']} of {facts['train_captions']} train captions truncated")
-        print(f"  GloVe: {embedding['words_found']}/{embedding['vocabulary_size']} words found, "
-              f"{100 * embedding['token_weighted_coverage']:.1f}% of train tokens "
-              f"({embedding['glove_file'] or 'no GloVe file: random, trainable embedding'})")
-    model_uri = latest_artifact_uri(output_dir, "Model", "Trainer")
-    run_uri = latest_artifact_uri(output_dir, "ModelRun", "Trainer")
-    print(f"Trained model: {model_uri}")
-    if run_uri:
-        with open(os.path.join(run_uri, example_format.HISTORY_FILE), encoding="utf-8") as stream:
-            history = json.load(stream)
-        print(f"  epochs {len(history['loss'])}: loss {history['loss'][0]:.3f} -> {history['loss'][-1]:.3f}, "
-              f"dev loss {history['val_loss'][0]:.3f} -> {min(history['val_loss']):.3f} (best), "
-              f"dev token accuracy {max(history['val_masked_accuracy']):.3f}")
-        print(f"  TensorBoard: tensorboard --logdir {os.path.join(run_uri, 'tensorboard')}")
-    print_evaluation(output_dir)
-    pushed = latest_pushed_model(output_dir)
-    print(f"Pushed SavedModel: {pushed or 'none (the model was not blessed)'}")
-    if pushed:
-        print(f"  caption images: .venv/bin/python -m components.serving.captioner caption --model "
-              f"{os.path.dirname(pushed)} IMAGE.jpg ...")
-    print(f"ML Metadata: {metadata_path(output_dir)}")
 
 
 def _parse_args(argv: Sequence[str]) -> argparse.Namespace:
@@ -298,7 +191,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         try:
             pipeline_config = resolve_data(pipeline_config)
             run_pipeline(pipeline_config)
-            print_outputs(pipeline_config)
+            run_outputs.print_outputs(pipeline_config)
         except Exception as error:  # any node's failure: one paragraph here, the traceback in the log
             logging.exception("The pipeline run failed in %s", run.running)
             print(console.failure_paragraph(error, run.running, run.log_path))

@@ -5,7 +5,7 @@ import re
 
 import pytest
 
-from pipeline import local_runner
+from pipeline import local_runner, run_outputs
 from tests.ingestion.test_beam_job import records_digest
 
 
@@ -118,7 +118,7 @@ def _live_models(output_dir):
     """How many Model artifacts ML Metadata holds as LIVE (published by a finished Trainer)."""
     from ml_metadata.proto import metadata_store_pb2
 
-    models = local_runner.read_metadata_store(str(output_dir)).get_artifacts_by_type("Model")
+    models = run_outputs.read_metadata_store(str(output_dir)).get_artifacts_by_type("Model")
     return sum(model.state == metadata_store_pb2.Artifact.LIVE for model in models)
 
 
@@ -126,7 +126,7 @@ def _executions(output_dir):
     """(node id, state) of every execution, oldest first; the node id is TFX's component id."""
     from ml_metadata.proto import metadata_store_pb2
 
-    store = local_runner.read_metadata_store(str(output_dir))
+    store = run_outputs.read_metadata_store(str(output_dir))
     node_type = store.get_context_type("node").id
     rows = []
     for execution in sorted(store.get_executions(), key=lambda execution: execution.id):
@@ -183,9 +183,9 @@ def test_pipeline_caches_resumes_after_a_failure_and_matches_the_standalone_job(
     assert "caption metrics (beam search" in printed and "mean caption log-probability greedy" in printed
     assert "NOT BLESSED: BLEU-4" in printed
     assert "Pushed SavedModel: none (the model was not blessed)" in printed
-    assert local_runner.latest_pushed_model(str(tmp_path)) is None
+    assert run_outputs.latest_pushed_model(str(tmp_path)) is None
     assert not (tmp_path / "serving_model").exists()
-    examples_uri = local_runner.latest_artifact_uri(str(tmp_path), "Examples", "Flickr8kExampleGen")
+    examples_uri = run_outputs.latest_artifact_uri(str(tmp_path), "Examples", "Flickr8kExampleGen")
 
     # Nothing changed: every component is a cache hit (no model was blessed, so the
     # evaluator's baseline input is still empty).
@@ -333,7 +333,7 @@ def test_demo_pipeline_learns_is_blessed_pushed_and_reported(tmp_path, capsys):
     printed = capsys.readouterr().out
     _assert_first_run_console(printed, tmp_path)
     assert "pairs read 1500 = accepted 1500 + rejected 0" in printed
-    evaluation_uri = local_runner.latest_artifact_uri(str(tmp_path), "ModelEvaluation", "CaptionEvaluator")
+    evaluation_uri = run_outputs.latest_artifact_uri(str(tmp_path), "ModelEvaluation", "CaptionEvaluator")
     document = json.loads(open(os.path.join(evaluation_uri, evaluator.METRICS_FILE)).read())
     bleu4 = {split: {row: values["BLEU-4"] for row, values in result["metrics"].items()}
              for split, result in document["splits"].items()}
@@ -353,7 +353,7 @@ def test_demo_pipeline_learns_is_blessed_pushed_and_reported(tmp_path, capsys):
     report = os.path.join(evaluation_uri, evaluator.REPORT_FILE)
     assert f"report: {report}" in printed and os.path.getsize(report) > 50_000
 
-    pushed = local_runner.latest_pushed_model(str(tmp_path))
+    pushed = run_outputs.latest_pushed_model(str(tmp_path))
     assert pushed and os.path.dirname(pushed) == str(tmp_path / "serving_model")
     assert f"Pushed SavedModel: {pushed}" in printed
     test_image = sorted((tmp_path / "demo_data" / "seed8_n300" / "Flicker8k_Dataset").iterdir())[0]

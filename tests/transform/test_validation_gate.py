@@ -11,8 +11,9 @@ from tfx import v1 as tfx
 from components import caption_text
 from components import config as config_lib
 from components.ingestion import beam_job, demo_data
-from pipeline import fingerprints, local_runner
+from pipeline import fingerprints
 from pipeline.pipeline import validated_transform
+from tests.paths import SCHEMA_PATH
 
 pytestmark = pytest.mark.slow
 
@@ -49,7 +50,7 @@ def _run(tmp_path, input_base, split_pattern="{split}/*"):
             tfx.proto.Input.Split(name=split, pattern=split_pattern.format(split=split))
             for split in ("train", "dev", "test")]))
     components = [example_gen] + validated_transform(
-        example_gen.outputs["examples"], config_lib.PipelineConfig(), local_runner.SCHEMA_PATH,
+        example_gen.outputs["examples"], config_lib.PipelineConfig(), SCHEMA_PATH,
         dict.fromkeys(fingerprints.STAGE_ENTRY_MODULES, "test"))
     metadata = tmp_path / "metadata.sqlite"
     tfx.orchestration.LocalDagRunner().run(tfx.dsl.Pipeline(
