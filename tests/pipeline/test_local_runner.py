@@ -5,7 +5,7 @@ import re
 
 import pytest
 
-from pipeline import local_runner, run_outputs
+from pipeline import beam_workers, local_runner, run_outputs
 from tests.ingestion.test_beam_job import records_digest
 
 
@@ -91,23 +91,23 @@ def test_small_datasets_run_beam_in_process_large_ones_on_every_core(tmp_path, m
         for number in range(count):
             (image_dir / folder / f"{number}.jpg").touch()
     data = config_lib.DataConfig(data_dir=str(tmp_path))
-    assert local_runner.count_image_files(data) >= local_runner.IN_PROCESS_BELOW_IMAGES
-    assert local_runner.count_image_files(data, stop_at=10**6) == 900
-    assert local_runner.count_image_files(config_lib.DataConfig(data_dir=str(tmp_path / "none"))) is None
+    assert beam_workers.count_image_files(data) >= beam_workers.IN_PROCESS_BELOW_IMAGES
+    assert beam_workers.count_image_files(data, stop_at=10**6) == 900
+    assert beam_workers.count_image_files(config_lib.DataConfig(data_dir=str(tmp_path / "none"))) is None
 
     runtime = config_lib.RuntimeConfig()
-    large = local_runner.beam_flag_values(runtime, local_runner.count_image_files(data))
+    large = beam_workers.beam_flag_values(runtime, beam_workers.count_image_files(data))
     assert (large["direct_running_mode"], large["direct_num_workers"]) == ("multi_processing", "4")
-    small = local_runner.beam_flag_values(runtime, 300)
+    small = beam_workers.beam_flag_values(runtime, 300)
     assert (small["direct_running_mode"], small["direct_num_workers"]) == ("in_memory", "1")
-    unknown = local_runner.beam_flag_values(runtime, None)
+    unknown = beam_workers.beam_flag_values(runtime, None)
     assert unknown["direct_running_mode"] == "multi_processing"
-    forced = local_runner.beam_flag_values(config_lib.RuntimeConfig(direct_num_workers=2), 300)
+    forced = beam_workers.beam_flag_values(config_lib.RuntimeConfig(direct_num_workers=2), 300)
     assert (forced["direct_running_mode"], forced["direct_num_workers"]) == ("multi_processing", "2")
     # On a GPU machine each worker loads its own ResNet50 on a GPU: at most one per GPU.
-    one_gpu = local_runner.beam_flag_values(runtime, 5000, gpus=1)
+    one_gpu = beam_workers.beam_flag_values(runtime, 5000, gpus=1)
     assert (one_gpu["direct_running_mode"], one_gpu["direct_num_workers"]) == ("in_memory", "1")
-    assert local_runner.beam_flag_values(runtime, 5000, gpus=2)["direct_num_workers"] == "2"
+    assert beam_workers.beam_flag_values(runtime, 5000, gpus=2)["direct_num_workers"] == "2"
 
 COMPONENTS = ["Flickr8kExampleGen", "ImportSchemaGen", "latest_blessed_model_resolver", "StatisticsGen",
               "ExampleValidator", "ExampleValidationGate", "Transform", "Trainer", "CaptionEvaluator",
