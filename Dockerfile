@@ -15,12 +15,12 @@ COPY components components
 COPY pipeline pipeline
 COPY schemas schemas
 # The tested stack: every distribution the pipeline imports (and tf-keras, which tf.Transform
-# imports for it) at its version in constraints.txt, without letting pip re-resolve the TFX
+# imports for it; pydantic's own pinned dependencies) at its version in constraints.txt, without letting pip re-resolve the TFX
 # stack the image holds. The TFX 1.16 image pins an older Keras 3, which does not divide each
 # replica's loss by the replica count (components/trainer/losses.py relies on it: gradients on
 # N GPUs would be N times too large); run_fn refuses such a Keras. Then this package.
 # tests/test_dockerfile.py checks this list against the imports and constraints.txt.
-RUN grep -E '^(absl-py|apache-beam|google-cloud-aiplatform|ijson|keras|kfp|kfp-pipeline-spec|ml-metadata|numpy|pillow|protobuf|pycocoevalcap|pycocotools|tensorflow|tensorflow-data-validation|tensorflow-datasets|tensorflow-transform|tf_keras|tfx|tfx-bsl|tqdm)==' \
+RUN grep -E '^(absl-py|annotated-types|apache-beam|google-cloud-aiplatform|ijson|keras|kfp|kfp-pipeline-spec|ml-metadata|numpy|pillow|protobuf|pycocoevalcap|pycocotools|pydantic|pydantic_core|tensorflow|tensorflow-data-validation|tensorflow-datasets|tensorflow-transform|tf_keras|tfx|tfx-bsl|tqdm|typing-inspection|typing_extensions)==' \
         constraints.txt > /tmp/pinned.txt \
     && pip install --no-cache-dir --no-deps -r /tmp/pinned.txt \
     && pip install --no-cache-dir --no-deps -e . \

@@ -29,6 +29,7 @@ from typing import List, Optional, Sequence
 from absl import logging
 
 from components import config as config_lib
+from components import config_flags
 
 # Where the Dockerfile puts the repository inside the image.
 IMAGE_WORKDIR = "/pipeline"
@@ -208,7 +209,7 @@ def submit(pipeline_config: config_lib.PipelineConfig, pipeline_file: str) -> st
 
 
 def build_config(args: argparse.Namespace) -> config_lib.PipelineConfig:
-    pipeline_config = config_lib.config_from_flags(args)
+    pipeline_config = config_flags.config_from_flags(args)
     if not pipeline_config.data.data_dir:
         pipeline_config = dataclasses.replace(pipeline_config, data=dataclasses.replace(
             pipeline_config.data, data_dir=bucket_uri(pipeline_config.cloud, "flickr8k")))
@@ -221,7 +222,7 @@ def _parse_args(argv: Sequence[str]) -> argparse.Namespace:
     parser.add_argument("command", choices=("compile", "submit"))
     parser.add_argument("--output_file", default="",
                         help="the pipeline JSON (default: OUTPUT_DIR/kfp/<pipeline name>.json)")
-    config_lib.add_config_flags(parser, ("output_dir", "project", "region", "bucket", "image",
+    config_flags.add_config_flags(parser, ("output_dir", "project", "region", "bucket", "image",
                                          "data_dir", "glove", "resnet_weights"))
     parser.add_argument("--no_data_fingerprint", action="store_true",
                         help="do not read DATA_DIR from here (no GCS credentials)")

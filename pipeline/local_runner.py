@@ -20,7 +20,7 @@ from typing import List, Optional, Sequence
 from absl import logging
 
 from components import config as config_lib
-from components import example_format
+from components import config_flags, example_format
 from components.ingestion import demo_data
 from pipeline import beam_workers, console, run_outputs
 
@@ -29,7 +29,7 @@ REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 def build_config(args: argparse.Namespace) -> config_lib.PipelineConfig:
     """The validated config the command line asks for, before the demo data is resolved."""
-    return config_lib.config_from_flags(args)
+    return config_flags.config_from_flags(args)
 
 
 def resolve_data(pipeline_config: config_lib.PipelineConfig) -> config_lib.PipelineConfig:
@@ -104,7 +104,7 @@ def _parse_args(argv: Sequence[str]) -> argparse.Namespace:
     parser.add_argument("command", choices=("run", "demo-data"))
     parser.add_argument("--verbose", action="store_true",
                         help="also log TFX, TensorFlow and Beam to the console (always in the log file)")
-    config_lib.add_config_flags(parser, ("output_dir", "data_dir", "glove", "resnet_weights"))
+    config_flags.add_config_flags(parser, ("output_dir", "data_dir", "glove", "resnet_weights"))
     return parser.parse_args(argv)
 
 

@@ -49,6 +49,7 @@ import warnings
 from typing import Dict, List, Optional, Sequence
 
 from components import config as config_lib
+from components import config_flags
 from pipeline.kubeflow_v2_runner import IMAGE_WORKDIR
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -517,7 +518,7 @@ def rehearsal_config(args: argparse.Namespace, demo_dir: str) -> config_lib.Pipe
     """The config to compile: the demo's settings unless others are given, the rehearsal's own
     cloud settings, and the demo data and GloVe file under the mapped bucket."""
     overrides = {} if args.set else dict(DEMO_SETTINGS)
-    overrides.update(config_lib.parse_override_args(args.set))
+    overrides.update(config_flags.parse_override_args(args.set))
     overrides.update(REHEARSAL_SETTINGS)
     pipeline_config = config_lib.PipelineConfig().with_overrides(overrides).validate()
     if not pipeline_config.data.data_dir:

@@ -5,6 +5,7 @@ import json
 import pytest
 
 from components import config as config_lib
+from components import config_flags
 
 
 def test_round_trip_through_json_keeps_types():
@@ -15,7 +16,7 @@ def test_round_trip_through_json_keeps_types():
 
 
 def test_overrides_parse_by_field_type():
-    pipeline_config = config_lib.PipelineConfig().with_overrides(config_lib.parse_override_args([
+    pipeline_config = config_lib.PipelineConfig().with_overrides(config_flags.parse_override_args([
         "trainer.learning_rate=5e-4", "trainer.fine_tune_embedding=true", "trainer.epochs=7",
         "trainer.image_dense_units=256,128", "data.data_dir=/data/flickr8k",
     ]))
@@ -33,6 +34,7 @@ def test_overrides_parse_by_field_type():
     ({"training.epochs": "3"}, "Unknown config key 'training.epochs'"),
     ({"trainer.epochs": "three"}, "not a valid int"),
     ({"trainer.fine_tune_embedding": "maybe"}, "not a valid bool"),
+    ({"trainer.image_dense_units": "wide,narrow"}, "'trainer.image_dense_units' must be a list of int"),
 ])
 def test_bad_overrides_fail_loudly(override, message):
     with pytest.raises(ValueError, match=message):
@@ -52,7 +54,7 @@ def test_from_dict_rejects_unknown_keys_and_wrong_types():
 
 def test_override_argument_must_have_equals_sign():
     with pytest.raises(ValueError, match="section.field=value"):
-        config_lib.parse_override_args(["trainer.epochs"])
+        config_flags.parse_override_args(["trainer.epochs"])
 
 
 @pytest.mark.parametrize("key, value, allowed", [
@@ -116,14 +118,14 @@ def test_meteor_blessing_needs_meteor_and_every_problem_is_listed_at_once():
 def test_defaults_and_flags_give_a_valid_config():
     import argparse
 
-    parser = config_lib.add_config_flags(argparse.ArgumentParser(), ("data_dir", "glove"))
+    parser = config_flags.add_config_flags(argparse.ArgumentParser(), ("data_dir", "glove"))
     args = parser.parse_args(["--data_dir=/data", "--set", "data.data_dir=/other",
                               "--set", "trainer.epochs=3"])
-    pipeline_config = config_lib.config_from_flags(args)
+    pipeline_config = config_flags.config_from_flags(args)
     assert pipeline_config.data.data_dir == "/data"  # the named flag wins over --set
     assert pipeline_config.trainer.epochs == 3 and pipeline_config.validate() is pipeline_config
     with pytest.raises(config_lib.ConfigError, match="trainer.epochs=0"):
-        config_lib.config_from_flags(parser.parse_args(["--set", "trainer.epochs=0"]))
+        config_flags.config_from_flags(parser.parse_args(["--set", "trainer.epochs=0"]))
 
 
 def test_every_bad_override_is_named_at_once_unknown_keys_types_and_ranges():

@@ -8,6 +8,7 @@ import re
 import pytest
 
 from components import config as config_lib
+from components import config_flags
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # Shown on purpose as what fails or as a placeholder, not as settings to copy.
@@ -33,13 +34,13 @@ def test_the_readme_shows_settings_to_check():
 
 @pytest.mark.parametrize("setting", _shown_settings())
 def test_every_setting_the_readme_shows_is_a_valid_config(setting):
-    overrides = config_lib.parse_override_args(setting.split())
+    overrides = config_flags.parse_override_args(setting.split())
     config_lib.PipelineConfig().with_overrides(overrides).validate()
 
 
 def test_the_failing_example_fails_with_the_message_the_readme_prints():
     readme = _readme()
-    overrides = config_lib.parse_override_args("trainer.epochs=0 evaluation.bless_metric=BLEU-5".split())
+    overrides = config_flags.parse_override_args("trainer.epochs=0 evaluation.bless_metric=BLEU-5".split())
     with pytest.raises(config_lib.ConfigError) as raised:
         config_lib.PipelineConfig().with_overrides(overrides).validate()
     for line in str(raised.value).splitlines()[1:]:

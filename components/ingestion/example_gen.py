@@ -31,7 +31,7 @@ from tfx.proto import example_gen_pb2
 from tfx.types import artifact_utils
 
 from components import config as config_lib
-from components import example_format
+from components import config_flags, example_format
 from components.ingestion import beam_job
 
 
@@ -94,11 +94,11 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m components.ingestion.example_gen", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--output_dir", required=True, help="where Split-*/ and rejects/ go")
-    config_lib.add_config_flags(parser, ("data_dir", "resnet_weights"), required=("data_dir",))
+    config_flags.add_config_flags(parser, ("data_dir", "resnet_weights"), required=("data_dir",))
     args, beam_args = parser.parse_known_args(sys.argv[1:] if argv is None else argv)
     # --output_dir is this job's records directory here, not runtime.output_dir.
     try:
-        pipeline_config = config_lib.config_from_flags(argparse.Namespace(**{
+        pipeline_config = config_flags.config_from_flags(argparse.Namespace(**{
             name: value for name, value in vars(args).items() if name != "output_dir"}))
     except ValueError as error:  # config_lib.ConfigError among them: a paragraph, no traceback
         print(error, file=sys.stderr)

@@ -9,9 +9,9 @@ import tensorflow_datasets as tfds
 from components import example_format
 from components.ingestion import (
     demo_data,
-    flickr8k,
     tfds_builder,  # noqa: F401  (registers "flickr8k")
 )
+from components.ingestion.formats import flickr8k
 
 pytestmark = pytest.mark.slow
 
