@@ -29,7 +29,7 @@ from typing import List, Optional, Sequence
 from absl import logging
 
 from components import config as config_lib
-from components import config_flags
+from pipeline import config_flags
 
 # Where the Dockerfile puts the repository inside the image.
 IMAGE_WORKDIR = "/pipeline"

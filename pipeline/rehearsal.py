@@ -49,7 +49,7 @@ import warnings
 from typing import Dict, List, Optional, Sequence
 
 from components import config as config_lib
-from components import config_flags
+from pipeline import config_flags
 from pipeline.kubeflow_v2_runner import IMAGE_WORKDIR
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -5,7 +5,7 @@ import json
 import pytest
 
 from components import config as config_lib
-from components import config_flags
+from pipeline import config_flags
 
 
 def test_round_trip_through_json_keeps_types():

@@ -8,8 +8,8 @@ import pytest
 
 from tests.paths import REPO_ROOT
 
-BOTTOM = ("components.config", "components.config_fields", "components.config_flags",
-          "components.features_config", "components.orchestration_config",
+BOTTOM = ("components.config", "components.config_fields", "components.features_config",
+          "components.orchestration_config",
           "components.example_format", "components.caption_text", "components.image_graph",
           "components.resnet_features", "components.cpu_bfloat16")
 STAGES = ("ingestion", "transform", "trainer", "evaluation", "serving")

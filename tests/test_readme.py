@@ -8,7 +8,7 @@ import re
 import pytest
 
 from components import config as config_lib
-from components import config_flags
+from pipeline import config_flags
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # Shown on purpose as what fails or as a placeholder, not as settings to copy.

@@ -23,7 +23,7 @@ partial split.
 
 :func:`ingest_flickr8k` builds the graph; the TFX component
 (:mod:`components.ingestion.example_gen`) and the standalone job
-(``python -m components.ingestion.example_gen``) both call it, so they produce the
+(``python -m pipeline.ingest``) both call it, so they produce the
 same records.
 """
 

@@ -1,4 +1,4 @@
-"""The Flickr8k ingestion job as a TFX component and as a standalone Beam job.
+"""The ingestion job as a TFX component; ``pipeline/ingest.py`` runs it as a standalone Beam job.
 
 Both run :func:`components.ingestion.beam_job.run_ingestion` on the same config:
 
@@ -6,24 +6,19 @@ Both run :func:`components.ingestion.beam_job.run_ingestion` on the same config:
   pipeline; it uses the pipeline's ``beam_pipeline_args`` and writes an
   ``Examples`` artifact with the splits ``train``, ``dev``, ``test``, plus the
   rejects and the summary inside the same artifact directory.
-* ``python -m components.ingestion.example_gen --data_dir=... --output_dir=...
+* ``python -m pipeline.ingest --data_dir=... --output_dir=...
   [--resnet_weights=...] [--set section.field=value] [any Beam option]``, e.g.
   ``--runner=DataflowRunner --project=... --region=... --temp_location=gs://...``.
 """
 
 
-import argparse
 import hashlib
-import json
 import os
-import sys
-from typing import List, Optional
 
 import apache_beam as beam
 from absl import logging
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
-from apache_beam.options.pipeline_options import PipelineOptions
 from tfx import v1 as tfx
 from tfx.components.example_gen import utils as example_gen_utils
 from tfx.components.util import examples_utils
@@ -31,7 +26,7 @@ from tfx.proto import example_gen_pb2
 from tfx.types import artifact_utils
 
 from components import config as config_lib
-from components import config_flags, example_format
+from components import example_format
 from components.ingestion import beam_job
 
 
@@ -87,30 +82,3 @@ def log_summary(summary: dict, output_dir: str) -> None:
         "images per split %s; rejects by reason %s", output_dir, summary["pairs_read"],
         summary["pairs_accepted"], summary["pairs_rejected"], summary["images_per_split"],
         summary["rejected_pairs_by_reason"])
-
-
-def main(argv: Optional[List[str]] = None) -> int:
-    logging.set_verbosity(logging.INFO)
-    parser = argparse.ArgumentParser(prog="python -m components.ingestion.example_gen", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--output_dir", required=True, help="where Split-*/ and rejects/ go")
-    config_flags.add_config_flags(parser, ("data_dir", "resnet_weights"), required=("data_dir",))
-    args, beam_args = parser.parse_known_args(sys.argv[1:] if argv is None else argv)
-    # --output_dir is this job's records directory here, not runtime.output_dir.
-    try:
-        pipeline_config = config_flags.config_from_flags(argparse.Namespace(**{
-            name: value for name, value in vars(args).items() if name != "output_dir"}))
-    except ValueError as error:  # config_lib.ConfigError among them: a paragraph, no traceback
-        print(error, file=sys.stderr)
-        return 2
-    summary = beam_job.run_ingestion(
-        beam.Pipeline(options=PipelineOptions(beam_args)), pipeline_config, args.output_dir)
-    log_summary(summary, args.output_dir)
-    print(json.dumps({key: summary[key] for key in (
-        "pairs_read", "pairs_accepted", "pairs_rejected", "rejected_pairs_by_reason",
-        "images_per_split")}, indent=2))
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -220,7 +220,7 @@ def test_real_photos_with_real_token_file_every_line_accounted(tmp_path):
 def test_killed_job_leaves_no_partial_split_and_rerun_completes(bad_input_layout, bad_input_run, tmp_path):
     data_dir, _ = bad_input_layout
     output_dir = tmp_path / "killed"
-    command = [sys.executable, "-m", "components.ingestion.example_gen", f"--data_dir={data_dir}",
+    command = [sys.executable, "-m", "pipeline.ingest", f"--data_dir={data_dir}",
                f"--output_dir={output_dir}", "--set=features.max_image_pixels=400000",
                "--runner=DirectRunner"]
     job = subprocess.Popen(command, cwd=REPO_ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

@@ -82,7 +82,7 @@ def test_standalone_job_finishes_on_hostile_files_and_counts_every_pair(tmp_path
     output_dir = tmp_path / "examples"
     environment = dict(os.environ, PATH=f"{fake_bin}{os.pathsep}{os.environ['PATH']}")
     job = subprocess.run(
-        [sys.executable, "-m", "components.ingestion.example_gen", f"--data_dir={root}",
+        [sys.executable, "-m", "pipeline.ingest", f"--data_dir={root}",
          f"--output_dir={output_dir}", "--runner=DirectRunner"],
         cwd=REPO_ROOT, env=environment, capture_output=True, text=True, timeout=420)
     assert job.returncode == 0, job.stderr[-3000:]

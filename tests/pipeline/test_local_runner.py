@@ -164,9 +164,8 @@ def test_pipeline_caches_resumes_after_a_failure_and_matches_the_standalone_job(
         tmp_path, capsys, monkeypatch):
     """20 demo images, 2 epochs. A BLEU-4 threshold of 1.0 (every dev caption perfect) keeps the
     model unblessed whatever the seed and the CPU's kernels make of its training."""
-    from components.ingestion import example_gen
     from components.trainer import inputs
-    from pipeline import fingerprints
+    from pipeline import fingerprints, ingest
 
     argv = ["run", f"--output_dir={tmp_path}", "--set", "data.demo_num_images=20",
             "--set", "runtime.direct_num_workers=1", "--set", "trainer.epochs=2",
@@ -236,7 +235,7 @@ def test_pipeline_caches_resumes_after_a_failure_and_matches_the_standalone_job(
     # The standalone Beam job writes the same records as the component.
     standalone_dir = tmp_path / "standalone"
     data_dir = tmp_path / "demo_data" / "seed8_n20"
-    assert example_gen.main([f"--data_dir={data_dir}", f"--output_dir={standalone_dir}",
+    assert ingest.main([f"--data_dir={data_dir}", f"--output_dir={standalone_dir}",
                               "--runner=DirectRunner"]) == 0
     assert records_digest(str(standalone_dir)) == records_digest(examples_uri)
 
