@@ -20,9 +20,9 @@ from typing import List, Optional, Sequence
 from absl import logging
 
 from components import config as config_lib
-from components import config_flags, example_format
+from components import example_format
 from components.ingestion import demo_data
-from pipeline import beam_workers, console, run_outputs
+from pipeline import beam_workers, config_flags, console, run_outputs
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
