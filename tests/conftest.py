@@ -6,11 +6,17 @@
 * for pytest-xdist (``make test`` runs 2 workers, ``--dist loadgroup``), each
   test gets an ``xdist_group``: its module, so a module's fixtures are built
   once; both users of the session-wide trained model share one; each
-  end-to-end test is its own. The longest units are put first, so no worker
-  starts a 7-minute pipeline test when the other is nearly done (the Makefile
-  passes ``--no-loadscope-reorder``: xdist otherwise orders the groups by their
-  number of tests, which puts the one-test end-to-end groups last).
+  end-to-end test is its own. The longest units are put first (longest processing
+  time first: ``tests/group_seconds.json`` holds each group's seconds measured on
+  a fresh-clone run; a group not in it is estimated from its marks), so no worker
+  starts a 5-minute unit when the other is nearly done (the Makefile passes
+  ``--no-loadscope-reorder``: xdist otherwise orders the groups by their number
+  of tests, which puts the one-test end-to-end groups last).
 """
+
+import functools
+import json
+import os
 
 import pytest
 from absl import flags
@@ -51,26 +57,34 @@ def _xdist_group(item) -> str:
     return module
 
 
-def _rank(item) -> int:
+@functools.cache
+def _measured_group_seconds() -> dict:
+    with open(os.path.join(os.path.dirname(__file__), "group_seconds.json"), encoding="utf-8") as stream:
+        return json.load(stream)
+
+
+def _estimated_seconds(item) -> float:
+    """The seconds of the item's group: measured, or guessed from its marks for a new group."""
+    group = _xdist_group(item)
+    if group in _measured_group_seconds():
+        return _measured_group_seconds()[group]
     if item.get_closest_marker("e2e"):
-        return 0
-    if _xdist_group(item) == "trained_demo_model":
-        return 1
-    return 2 if item.get_closest_marker("slow") else 3
+        return 300
+    return 20 if item.get_closest_marker("slow") else 1
 
 
 @pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the marks into the node ids
 def pytest_collection_modifyitems(config, items):
-    """Marks each test with its group and orders whole groups longest first (e2e, the trained
-    model's users, groups with slow tests, the rest); a group's tests keep their order and stay
-    together, so no module-scoped fixture is built twice, with or without xdist."""
+    """Marks each test with its group and orders whole groups longest first; a group's tests
+    keep their order and stay together, so no module-scoped fixture is built twice, with or
+    without xdist."""
     del config
-    group_rank = {}
+    group_seconds = {}
     for item in items:
         group = _xdist_group(item)
         item.add_marker(pytest.mark.xdist_group(group))
-        group_rank[group] = min(group_rank.get(group, 3), _rank(item))
+        group_seconds[group] = max(group_seconds.get(group, 0), _estimated_seconds(item))
     first_index = {}
     for index, item in enumerate(items):
         first_index.setdefault(_xdist_group(item), index)
-    items.sort(key=lambda item: (group_rank[_xdist_group(item)], first_index[_xdist_group(item)]))
+    items.sort(key=lambda item: (-group_seconds[_xdist_group(item)], first_index[_xdist_group(item)]))
