@@ -297,8 +297,12 @@ def test_kaggle_csv_malformed_rows_and_quoted_commas(tmp_path):
 def test_missing_required_file_is_a_clear_error(tmp_path):
     data_dir = _layout(tmp_path, ["a.jpg#0\tA dog ."], train=["a.jpg"])
     os.remove(os.path.join(data_dir, "Flickr8k_text", "Flickr_8k.devImages.txt"))
-    with pytest.raises(flickr8k.Flickr8kLayoutError, match="Flickr_8k.devImages.txt"):
+    with pytest.raises(flickr8k.Flickr8kLayoutError, match="Flickr_8k.devImages.txt") as raised:
         _read(data_dir)
+    assert "the file is data.dev_split_file" in str(raised.value)  # the setting to fix
+    os.remove(os.path.join(data_dir, "Flickr8k_text", "Flickr8k.token.txt"))
+    with pytest.raises(flickr8k.Flickr8kLayoutError, match="the file is data.captions_file"):
+        flickr8k.read_flickr8k(data_dir, split_files={"train": "Flickr8k_text/Flickr_8k.trainImages.txt"})
 
 
 def test_is_plain_file_name():

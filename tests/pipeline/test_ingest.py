@@ -36,4 +36,5 @@ def test_a_missing_dataset_file_is_one_line_naming_it(tmp_path):
     assert failed.returncode == 1 and failed.stdout == ""
     assert failed.stderr.startswith("Flickr8kLayoutError: Required Flickr8k file not readable: "
                                     f"{missing}/Flickr8k_text/"), failed.stderr
+    assert "the file is data.train_split_file, relative to data.data_dir" in failed.stderr
     assert len(failed.stderr.strip().splitlines()) == 1 and "Traceback" not in failed.stderr
