@@ -155,9 +155,8 @@ class PipelineConfig:
 
 
 def _section_types() -> dict:
-    return {field.name: field.type if isinstance(field.type, type) else
-            config_fields.field_types(PipelineConfig)[field.name]
-            for field in dataclasses.fields(PipelineConfig)}
+    """``{section name: its dataclass}``, in the root's field order."""
+    return config_fields.field_types(PipelineConfig)
 
 
 def _cross_section_problems(pipeline_config: PipelineConfig) -> list:
