@@ -62,7 +62,8 @@ def main(argv=None) -> int:
     parser.add_argument("--data_dir", default=SAMPLE_TEXT_DIR,
                         help="Flickr8k layout whose text files the reader benchmark reads")
     parser.add_argument("--only", action="append", default=[],
-                        choices=("reader", "dataset_scale", "ingestion", "vocabulary", "trainer", "export"),
+                        choices=("reader", "dataset_scale", "ingestion", "vocabulary", "trainer", "scst",
+                                 "export"),
                         help="run only these benchmarks (repeatable)")
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)
     results = []
@@ -75,6 +76,12 @@ def main(argv=None) -> int:
 
         results.append(bench_trainer())
     real_data = os.path.isdir(args.data_dir)
+    if "scst" in args.only or not args.only:
+        from benchmarks.scst_bench import bench_reward, bench_step
+
+        if real_data:
+            results.append(bench_reward(args.data_dir))
+        results.append(bench_step())
     if not real_data:
         print(f"reader, vocabulary and export benchmarks skipped: no Flickr8k text files at {args.data_dir}")
     if ("reader" in args.only or not args.only) and real_data:

@@ -4,7 +4,7 @@ signatures, read by ``run_fn``, ``model``, ``inputs`` and ``export``."""
 from __future__ import annotations
 
 import dataclasses
-from typing import Annotated, Literal, Tuple
+from typing import Annotated, List, Literal, Tuple
 
 from components import cpu_bfloat16
 from components.config_fields import FINITE, Ge, Gt, Interval, Note, check
@@ -59,9 +59,26 @@ class TrainerConfig:
     # CPU has native bfloat16), "on", "off". Variables, the loss and the exported model stay float32.
     onednn_bfloat16: Literal[cpu_bfloat16.MODES] = "auto"
     seed: Annotated[int, Ge(0)] = 42
+    # Self-critical sequence training after the cross-entropy epochs (components.trainer.
+    # self_critical): epochs (0: off), captions sampled per image, the reward's baseline
+    # ("greedy": the greedy caption's CIDEr-D; "sample_mean": the mean of the image's other
+    # samples) and the peak learning rate for learning_rate_batch_size sampled rows (scaled as
+    # learning_rate is). Why these defaults: README "Self-critical training".
+    scst_epochs: Annotated[int, Ge(0)] = 0
+    scst_samples: Annotated[int, Interval(ge=1, le=64)] = 5
+    scst_baseline: Literal["greedy", "sample_mean"] = "greedy"
+    scst_learning_rate: Annotated[float, Gt(0), FINITE] = 5e-5
     # Op determinism while training (restored after): same config + same data give bit-identical
     # weights on CPU; slower. On GPU some kernels have no deterministic version (README "Trainer").
     deterministic: bool = False
+
+    def field_rule_problems(self) -> List[str]:
+        """The rules between this section's fields."""
+        if self.scst_epochs and self.scst_baseline == "sample_mean" and self.scst_samples < 2:
+            return [f"trainer.scst_samples={self.scst_samples}: must be at least 2 with "
+                    "trainer.scst_baseline='sample_mean' (each sample's baseline is the mean of the "
+                    "image's other samples)"]
+        return []
 
 
 @dataclasses.dataclass(frozen=True)

@@ -1,4 +1,4 @@
-"""Greedy and beam-search caption decoding as TensorFlow graph code (exportable).
+"""Greedy, beam-search and sampled caption decoding as TensorFlow graph code (exportable).
 
 Both drive a decoder one token at a time through
 ``step(image_context, token_ids, state) -> (logits [batch, vocabulary], state)``:
@@ -7,13 +7,15 @@ feature map), ``state`` a tuple of ``[batch, ...]`` tensors the step carries
 (the LSTM states), starting from ``initial_state``. The first token is
 ``<start>``.
 
-Rules, for both: ``<pad>``, ``<start>`` and ``<unk>`` are never emitted; a
+Rules, for all three: ``<pad>``, ``<start>`` and ``<unk>`` are never emitted; a
 sequence ends at ``<end>`` (kept out of the caption) and is padded after it; a
 sequence that never emits ``<end>`` ends after ``max_length - 1`` tokens with
 its score so far. Scores are summed log-probabilities of the emitted ids,
 ``<end>`` included. Beam search keeps ``beam_width`` hypotheses per image
 (their states reordered with them) and returns the best; width 1 is exactly
-greedy. Both stop early once every sequence of the batch has ended.
+greedy. Sampling (the self-critical phase's policy) draws each id from the
+softmax over the allowed ids. All stop early once every sequence of the batch
+has ended.
 
 Written here rather than taken from a library: KerasHub's samplers are not
 installed on this stack (TF 2.16 / Keras 3.12 pins) and expect a cache-based
@@ -31,7 +33,7 @@ Step = Callable[[tf.Tensor, tf.Tensor, State], Tuple[tf.Tensor, State]]
 _FORBIDDEN = (caption_text.PAD_ID, caption_text.START_ID, caption_text.UNK_ID)
 
 
-def _forbidden_bias(vocabulary: tf.Tensor) -> tf.Tensor:
+def forbidden_bias(vocabulary: tf.Tensor) -> tf.Tensor:
     """``[vocabulary]``: -1e9 at the ids never emitted, 0 elsewhere (computed once per call)."""
     forbidden = tf.reduce_any(tf.equal(tf.range(vocabulary)[:, tf.newaxis],
                                        tf.constant(_FORBIDDEN, tf.int32)[tf.newaxis, :]), axis=-1)
@@ -61,12 +63,39 @@ def greedy_decode(step: Step, image_context: tf.Tensor, initial_state: State, ma
     finished = tf.zeros([batch], tf.bool)
     scores = tf.zeros([batch], tf.float32)
     ids = tf.zeros([batch, max_length - 1], tf.int32)
-    forbidden_bias, pad_only = _forbidden_bias(vocabulary_size), _pad_only(vocabulary_size)
+    bias, pad_only = forbidden_bias(vocabulary_size), _pad_only(vocabulary_size)
     for position in tf.range(max_length - 1):
         logits, state = step(image_context, tokens, state)
-        log_probs = _allowed_log_probs(logits, finished, forbidden_bias, pad_only)
+        log_probs = _allowed_log_probs(logits, finished, bias, pad_only)
         tokens = tf.argmax(log_probs, axis=-1, output_type=tf.int32)
         scores += tf.reduce_max(log_probs, axis=-1)
+        ids += tokens[:, tf.newaxis] * tf.one_hot(position, max_length - 1, dtype=tf.int32)
+        finished = tf.logical_or(finished, tf.equal(tokens, caption_text.END_ID))
+        if tf.reduce_all(finished):
+            break
+    return ids, scores
+
+
+def sample_decode(step: Step, image_context: tf.Tensor, initial_state: State, max_length: int,
+                  vocabulary_size: int, seed: tf.Tensor):
+    """Returns (ids [batch, max_length - 1] without <start>, log-probability [batch]) of one
+    caption per row sampled from the decoder: each id drawn from the softmax over the allowed
+    ids (``forbidden_bias``), padding after ``<end>``. ``seed``: int32 ``[2]``, the stateless
+    random seed of the call (the same seed and weights give the same captions).
+    """
+    batch = tf.shape(image_context)[0]
+    tokens = tf.fill([batch], caption_text.START_ID)
+    state = tuple(initial_state)
+    finished = tf.zeros([batch], tf.bool)
+    scores = tf.zeros([batch], tf.float32)
+    ids = tf.zeros([batch, max_length - 1], tf.int32)
+    bias, pad_only = forbidden_bias(vocabulary_size), _pad_only(vocabulary_size)
+    for position in tf.range(max_length - 1):
+        logits, state = step(image_context, tokens, state)
+        log_probs = _allowed_log_probs(logits, finished, bias, pad_only)
+        tokens = tf.reshape(tf.random.stateless_categorical(
+            log_probs, 1, seed=tf.stack([seed[0], seed[1] + position]), dtype=tf.int32), [batch])
+        scores += tf.gather(log_probs, tokens, batch_dims=1)
         ids += tokens[:, tf.newaxis] * tf.one_hot(position, max_length - 1, dtype=tf.int32)
         finished = tf.logical_or(finished, tf.equal(tokens, caption_text.END_ID))
         if tf.reduce_all(finished):
@@ -99,7 +128,7 @@ def beam_search_decode(step: Step, image_context: tf.Tensor, initial_state: Stat
     scores = tf.tile(tf.where(tf.range(beam_width) == 0, 0.0, -1e9)[tf.newaxis], [batch, 1])
     finished = tf.zeros([batch, beam_width], tf.bool)
     lengths = tf.zeros([batch, beam_width], tf.int32)  # emitted ids, <end> included
-    forbidden_bias, pad_only = _forbidden_bias(vocabulary_size), _pad_only(vocabulary_size)
+    bias, pad_only = forbidden_bias(vocabulary_size), _pad_only(vocabulary_size)
     for position in tf.range(max_length - 1):
         # top_k(k=beam_width) loses a static width, so let the beam dimension vary.
         tf.autograph.experimental.set_loop_options(shape_invariants=[
@@ -109,7 +138,7 @@ def beam_search_decode(step: Step, image_context: tf.Tensor, initial_state: Stat
             (state, tuple(tf.TensorShape([None, *tensor.shape[1:]]) for tensor in state))])
         logits, state = step(beam_context, tokens, state)
         log_probs = _allowed_log_probs(tf.reshape(logits, [batch, beam_width, vocabulary_size]),
-                                       finished, forbidden_bias, pad_only)
+                                       finished, bias, pad_only)
         candidates = tf.reshape(scores[..., tf.newaxis] + log_probs,
                                 [batch, beam_width * vocabulary_size])
         # A finished hypothesis keeps its length; a live one grows by the id it emits.

@@ -105,6 +105,19 @@ def caption_counts(file_patterns: List[str], max_caption_length: int) -> Tuple[i
     return int(images), int(most_ids) // max_caption_length
 
 
+def caption_id_rows(file_patterns: List[str], max_caption_length: int):
+    """Each image's caption ids, ``[captions, max_caption_length]`` int32 numpy (``<start>``
+    first), in file order, without parsing the image features."""
+    files = _files(file_patterns)
+    compression = "GZIP" if all(path.endswith(".gz") for path in files) else ""
+    spec = {example_format.CAPTION_IDS: FEATURE_SPEC[example_format.CAPTION_IDS]}
+    captions = (tf.data.TFRecordDataset(files, compression_type=compression)
+                .map(lambda serialized: tf.reshape(tf.cast(tf.io.parse_single_example(
+                    serialized, spec)[example_format.CAPTION_IDS].values, tf.int32),
+                    [-1, max_caption_length]), num_parallel_calls=tf.data.AUTOTUNE))
+    return captions.as_numpy_iterator()
+
+
 def images_per_batch(per_replica_captions: int, captions_per_image: int, replicas: int) -> int:
     """Images per global batch: ``per_replica_captions`` caption rows per replica at most (one
     image per replica at least), a multiple of ``replicas`` so every replica gets as many."""

@@ -25,6 +25,10 @@ from keras import ops
 from components import caption_text
 
 
+class NonFiniteLossError(RuntimeError):
+    """Training produced a NaN/inf loss; no model is written."""
+
+
 @keras.saving.register_keras_serializable(package="flickr8k_captioning")
 class MaskedCaptionLoss(keras.losses.Loss):
     """Mean sparse cross-entropy from logits over non-padding target tokens."""

@@ -42,15 +42,12 @@ from absl import logging
 
 from components import config as config_lib
 from components import cpu_bfloat16, example_format, terminal
-from components.trainer import export, inputs
+from components.trainer import cider_d, export, inputs, self_critical
 from components.trainer import model as model_lib
+from components.trainer.losses import NonFiniteLossError
 from components.transform import preprocessing
 
 DECODER_FILE = "decoder.keras"
-
-
-class NonFiniteLossError(RuntimeError):
-    """Training produced a NaN/inf loss; no model is written."""
 
 
 # Keras divides each replica's ``sum_over_batch_size`` loss by the number of replicas since 3.8;
@@ -243,36 +240,28 @@ def _train(pipeline_config, train_files, eval_files, transform_output_dir, model
         model_lib.compile_model(training_model, trainer, total_steps=steps_per_epoch * trainer.epochs,
                                 global_batch_size=per_replica_rows * replicas)
 
-    progress = EpochProgress(trainer.epochs, steps_per_epoch)
-    callbacks = [
-        keras.callbacks.BackupAndRestore(backup_directory),
-        keras.callbacks.TerminateOnNaN(),
-        early_stopping(trainer),
-        keras.callbacks.TensorBoard(log_dir=os.path.join(model_run_dir, "tensorboard")),
-        progress,
-        *extra_callbacks,
-    ]
-    bfloat16 = cpu_bfloat16.resolve(trainer.onednn_bfloat16,
-                                    gpu_visible=bool(tf.config.list_logical_devices("GPU")))
-    logging.info("oneDNN bfloat16 rewrite of the train step: %s (trainer.onednn_bfloat16=%s).",
-                 "on" if bfloat16 else "off", trainer.onednn_bfloat16)
-    with cpu_bfloat16.rewrite(bfloat16):
-        try:
-            history = training_model.fit(
-                train_dataset, validation_data=eval_dataset, epochs=trainer.epochs,
-                steps_per_epoch=steps_per_epoch, validation_steps=validation_steps,
-                callbacks=callbacks, verbose=0)
-        finally:
-            progress.close()  # a training that raised leaves no bar behind its error
-    losses = history.history.get("loss", [])
-    if not losses or not np.all(np.isfinite(losses)):
-        raise NonFiniteLossError(f"Training stopped on a non-finite loss; losses per epoch: {losses}")
+    scst_directory = backup_directory.rstrip("/") + SELF_CRITICAL_BACKUP_SUFFIX
+    history = _cross_entropy_phase(trainer, model, training_model, train_dataset, eval_dataset,
+                                   steps_per_epoch, validation_steps, backup_directory,
+                                   scst_directory, os.path.join(model_run_dir, "tensorboard"),
+                                   extra_callbacks)
+    exported_weights = {"phase": "cross_entropy", "epoch": history.pop("best_epoch")}
+    if trainer.scst_epochs:
+        scst = self_critical.SelfCriticalTrainer(
+            model, strategy, trainer, max_caption_length,
+            cider_d.CiderD(self_critical.reference_corpus(train_files, max_caption_length)),
+            global_rows=images_per_batch * trainer.scst_samples,
+            total_steps=steps_per_epoch * trainer.scst_epochs)
+        with cpu_bfloat16.rewrite(_bfloat16(trainer)):
+            scst_history = scst.train(train_dataset, steps_per_epoch, eval_dataset, validation_steps,
+                                      scst_directory)
+        history.update(scst_history)
+        if scst_history["best_epoch"]:
+            exported_weights = {"phase": "self_critical", "epoch": scst_history["best_epoch"]}
 
     tf.io.gfile.makedirs(model_run_dir)
     with tf.io.gfile.GFile(os.path.join(model_run_dir, example_format.HISTORY_FILE), "w") as stream:
-        json.dump({"epoch": [int(epoch) for epoch in history.epoch],
-                   **{name: [float(value) for value in values]
-                      for name, values in history.history.items()}}, stream, indent=2)
+        json.dump({**history, "exported_weights": exported_weights}, stream, indent=2)
     model.save(os.path.join(model_run_dir, DECODER_FILE))
     export.export_saved_model(model, transform_output_dir, pipeline_config, serving_model_dir)
     extra_dir = os.path.join(serving_model_dir, export.ASSETS_EXTRA_DIR)
@@ -280,7 +269,74 @@ def _train(pipeline_config, train_files, eval_files, transform_output_dir, model
     with tf.io.gfile.GFile(os.path.join(extra_dir, example_format.FACTS_FILE), "w") as stream:
         json.dump(facts, stream, indent=2, sort_keys=True)
     logging.info("Serving SavedModel written to %s", serving_model_dir)
-    return history.history
+    if tf.io.gfile.exists(scst_directory):
+        tf.io.gfile.rmtree(scst_directory)
+    return history
+
+
+# The self-critical phase's checkpoints (and the finished cross-entropy phase's weights) sit
+# beside the cross-entropy backup directory, which Keras' BackupAndRestore deletes when its fit
+# ends: a Trainer killed during the self-critical phase resumes there, not at epoch 1.
+SELF_CRITICAL_BACKUP_SUFFIX = "-self-critical"
+CROSS_ENTROPY_WEIGHTS = "cross_entropy.weights.h5"
+CROSS_ENTROPY_HISTORY = "cross_entropy_history.json"
+
+
+def _bfloat16(trainer: config_lib.TrainerConfig) -> bool:
+    return cpu_bfloat16.resolve(trainer.onednn_bfloat16,
+                                gpu_visible=bool(tf.config.list_logical_devices("GPU")))
+
+
+def _cross_entropy_phase(trainer, model, training_model, train_dataset, eval_dataset,
+                         steps_per_epoch, validation_steps, backup_directory, scst_directory,
+                         tensorboard_dir, extra_callbacks) -> dict:
+    """``fit`` with the callbacks; the history per epoch plus ``best_epoch`` (1-based) of the
+    weights left in the model. With a self-critical phase to follow, a finished phase is saved in
+    ``scst_directory`` and a re-execution takes it from there instead of training again."""
+    finished_history = os.path.join(scst_directory, CROSS_ENTROPY_HISTORY)
+    if trainer.scst_epochs and tf.io.gfile.exists(finished_history):
+        model.load_weights(os.path.join(scst_directory, CROSS_ENTROPY_WEIGHTS))
+        with tf.io.gfile.GFile(finished_history) as stream:
+            history = json.load(stream)
+        logging.info("Cross-entropy phase already finished (%s): not trained again.", scst_directory)
+        return history
+    progress = EpochProgress(trainer.epochs, steps_per_epoch)
+    stopping = early_stopping(trainer)
+    callbacks = [
+        keras.callbacks.BackupAndRestore(backup_directory),
+        keras.callbacks.TerminateOnNaN(),
+        stopping,
+        keras.callbacks.TensorBoard(log_dir=tensorboard_dir),
+        progress,
+        *extra_callbacks,
+    ]
+    bfloat16 = _bfloat16(trainer)
+    logging.info("oneDNN bfloat16 rewrite of the train step: %s (trainer.onednn_bfloat16=%s).",
+                 "on" if bfloat16 else "off", trainer.onednn_bfloat16)
+    with cpu_bfloat16.rewrite(bfloat16):
+        try:
+            fitted = training_model.fit(
+                train_dataset, validation_data=eval_dataset, epochs=trainer.epochs,
+                steps_per_epoch=steps_per_epoch, validation_steps=validation_steps,
+                callbacks=callbacks, verbose=0)
+        finally:
+            progress.close()  # a training that raised leaves no bar behind its error
+    losses = fitted.history.get("loss", [])
+    if not losses or not np.all(np.isfinite(losses)):
+        raise NonFiniteLossError(f"Training stopped on a non-finite loss; losses per epoch: {losses}")
+    history = {"epoch": [int(epoch) for epoch in fitted.epoch],
+               **{name: [float(value) for value in values] for name, values in fitted.history.items()},
+               # The epoch whose weights EarlyStopping left in the model (its epochs count from
+               # the first of the training, a resumed one's too; a resumed fit that watched no
+               # epoch itself keeps its last one's).
+               "best_epoch": int(stopping.best_epoch if stopping.best_weights is not None
+                                 else fitted.epoch[-1]) + 1}
+    if trainer.scst_epochs:
+        tf.io.gfile.makedirs(scst_directory)
+        model.save_weights(os.path.join(scst_directory, CROSS_ENTROPY_WEIGHTS), overwrite=True)
+        with tf.io.gfile.GFile(finished_history, "w") as stream:
+            json.dump(history, stream)
+    return history
 
 
 def run_fn(fn_args) -> None:
