@@ -173,7 +173,9 @@ def run_evaluation(examples_uri: str, model_uri: str, model_run_uri: str, evalua
     blessed, reasons = blessing_decision(splits, settings, evaluated_again)
     document = {"blessed": blessed, "reasons": reasons, "bless_split": settings.bless_split,
                 "bless_metric": settings.bless_metric, "beam_width": settings.beam_width,
-                "baseline_model": baseline_model_uri or None, "splits": splits}
+                "baseline_model": baseline_model_uri or None, "splits": splits,
+                # Which training phase and epoch produced the evaluated weights.
+                "exported_weights": report.training_history(model_run_uri).get("exported_weights")}
     tf.io.gfile.makedirs(evaluation_uri)
     with tf.io.gfile.GFile(os.path.join(evaluation_uri, METRICS_FILE), "w") as stream:
         json.dump(document, stream, indent=2)

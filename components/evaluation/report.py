@@ -162,8 +162,8 @@ def _samples(document: dict, model_run_uri: str, examples_uri: str,
     return "".join(parts)
 
 
-def _history(model_run_uri: str) -> dict:
-
+def training_history(model_run_uri: str) -> dict:
+    """The Trainer's ``history.json`` (empty without one)."""
     path = os.path.join(model_run_uri, example_format.HISTORY_FILE)
     if not tf.io.gfile.exists(path):
         return {}
@@ -173,6 +173,20 @@ def _history(model_run_uri: str) -> dict:
 
 def _series(history: dict, names: Sequence[str]) -> dict:
     return {name: history[name] for name in names if name in history}
+
+
+def _self_critical_chart(history: dict) -> str:
+    """The self-critical phase per epoch, from the cross-entropy weights at epoch 0 (the phase
+    boundary) on: dev CIDEr-D and the mean reward of the train samples."""
+    if "dev_cider" not in history:
+        return ""
+    exported = history.get("exported_weights") or {}
+    kept = (f"exported: {exported.get('phase', '?').replace('_', '-')} epoch {exported.get('epoch', '?')}"
+            if exported else "")
+    return _line_chart(
+        f"self-critical phase (epoch 0: end of cross-entropy) {kept}",
+        {"dev CIDEr-D": [history["dev_cider_before"], *history["dev_cider"]],
+         "train sample reward": [float("nan"), *history["scst_reward"]]})
 
 
 PAGE_SCRIPT = """<script>
@@ -204,7 +218,7 @@ table.metrics td:first-child { text-align: left; }
 def write_report(document: dict, model_run_uri: str, examples_uri: str,
                  pipeline_config: config_lib.PipelineConfig, path: str) -> str:
     """Renders the page to ``path`` and returns it."""
-    history = _history(model_run_uri)
+    history = training_history(model_run_uri)
     verdict = "BLESSED" if document["blessed"] else "NOT BLESSED"
     parts: List[str] = [
         "<!DOCTYPE html><html><head><meta charset=\"utf-8\">",
@@ -222,6 +236,7 @@ def write_report(document: dict, model_run_uri: str, examples_uri: str,
         _line_chart("loss per epoch", _series(history, ["loss", "val_loss"])),
         _line_chart("token accuracy per epoch",
                     _series(history, ["masked_accuracy", "val_masked_accuracy"])),
+        _self_critical_chart(history),
         _samples(document, model_run_uri, examples_uri, pipeline_config),
         PAGE_SCRIPT, "</body></html>",
     ]

@@ -60,3 +60,15 @@ def test_the_overlap_check_finds_a_legend_drawn_on_a_line():
     svg = ('<svg><polyline points="0,10 100,10"/>'
            '<text class="legend" x="40" y="14" font-size="12">loss</text></svg>')
     assert overlaps(svg) == legend_boxes(svg)
+
+
+def test_the_self_critical_phase_chart_starts_at_the_cross_entropy_weights_and_names_the_export():
+    history = {"loss": [2.0, 1.0], "dev_cider_before": 1.5, "dev_cider": [1.7, 1.6],
+               "scst_reward": [1.2, 1.4], "exported_weights": {"phase": "self_critical", "epoch": 1}}
+    svg = report._self_critical_chart(history)
+    assert "epoch 0: end of cross-entropy" in svg and "exported: self-critical epoch 1" in svg
+    dev, reward = polylines(svg)
+    assert len(dev) == 3 and len(reward) == 2  # the reward has no point at the boundary
+    assert dev[0][0] < reward[0][0] == dev[1][0]
+    assert overlaps(svg) == []
+    assert report._self_critical_chart({"loss": [1.0]}) == ""  # no phase, no chart

@@ -106,6 +106,10 @@ def test_scst_phase_on_two_replicas_scores_dev_each_epoch_and_exports_its_best_w
         assert saved["exported_weights"]["phase"] == "cross_entropy"
     assert (tmp_path / "serving" / "saved_model.pb").exists()
     assert not os.path.exists(str(tmp_path / "backup") + run_fn.SELF_CRITICAL_BACKUP_SUFFIX)
+    from components.trainer import summary
+
+    assert any(line.startswith("self-critical epochs 2: dev CIDEr-D ")
+               for line in summary.describe(str(tmp_path / "run")))
 
 
 KILLED_RUN = (
