@@ -48,13 +48,18 @@ def trained_demo_model(tmp_path_factory):
 TRAINED_DEMO_MODEL_MODULES = ("tests/evaluation/test_evaluator.py", "tests/trainer/test_export.py")
 
 
+# Modules that share another module's process-wide fixtures (run_fn's transformed examples,
+# tests/trainer/test_run_fn.py::_scenario_transformed): one worker builds them once.
+SHARED_MODULE_GROUPS = {"tests/trainer/test_self_critical.py": "tests/trainer/test_run_fn.py"}
+
+
 def _xdist_group(item) -> str:
     module = item.nodeid.split("::", 1)[0]
     if item.get_closest_marker("e2e"):
         return item.nodeid
     if module in TRAINED_DEMO_MODEL_MODULES:
         return "trained_demo_model"
-    return module
+    return SHARED_MODULE_GROUPS.get(module, module)
 
 
 @functools.cache

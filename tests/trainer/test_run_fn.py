@@ -61,8 +61,9 @@ def _scenario_transformed() -> pathlib.Path:
 
 
 @pytest.fixture(scope="module")
-def transformed(tmp_path_factory):
-    return _transform(tmp_path_factory.mktemp("transformed"))
+def transformed():
+    """Read only by the tests; built once per process (test_self_critical.py shares it)."""
+    return _scenario_transformed()
 
 
 def _config(**trainer):

@@ -76,8 +76,8 @@ def test_policy_loss_over_two_replicas_is_the_single_device_loss():
 
 
 @pytest.fixture(scope="module")
-def transformed(tmp_path_factory):
-    return test_run_fn._transform(tmp_path_factory.mktemp("transformed"))
+def transformed():
+    return test_run_fn._scenario_transformed()  # conftest puts both modules on one worker
 
 
 def _history_file(out: pathlib.Path) -> dict:
