@@ -25,6 +25,7 @@ backup directory (weights, optimizer, the best so far), so a killed Trainer resu
 epoch, and the cross-entropy phase is not trained again (``run_fn``).
 """
 
+import dataclasses
 import json
 import math
 import os
@@ -117,7 +118,7 @@ class SelfCriticalTrainer:
         self.train_scorer = train_scorer
         self.vocabulary_size = model.output_shape[-1]
         peak, warmup = model_lib.scaled_learning_rate(
-            config_lib.dataclasses.replace(trainer, learning_rate=trainer.scst_learning_rate),
+            dataclasses.replace(trainer, learning_rate=trainer.scst_learning_rate),
             global_rows)
         with strategy.scope():
             self.image_encoder, _ = model_lib.split_model(model)
@@ -228,7 +229,9 @@ class SelfCriticalTrainer:
               f"cross-entropy; {self.trainer.scst_samples} samples per image, "
               f"{self.trainer.scst_baseline} baseline, learning rate {self.peak_learning_rate:.3g}",
               file=stream, flush=True)
-        iterator = iter(train_dataset)
+        # Each replica gets its share of a batch's images (plain tensors would reach every
+        # replica whole: each would sample and reward the whole batch).
+        iterator = iter(self.strategy.experimental_distribute_dataset(train_dataset))
         for epoch in range(state["epochs_done"], epochs):
             started = time.monotonic()
             losses_seen, reward_sum, images = [], 0.0, 0.0

@@ -86,10 +86,21 @@ def _history_file(out: pathlib.Path) -> dict:
 
 @pytest.mark.slow
 def test_scst_phase_on_two_replicas_scores_dev_each_epoch_and_exports_its_best_weights(
-        transformed, tmp_path, capsys):
+        transformed, tmp_path, capsys, monkeypatch):
     pipeline_config = test_run_fn._config(epochs=3, scst_epochs=2, scst_samples=3,
                                           scst_learning_rate=3e-4)
+    rewarded = []  # (images, samples) of each reward call: one replica's share of a batch
+    original_advantages = self_critical.advantages
+
+    def recording_advantages(scorer, sample_ids, *args):
+        rewarded.append(sample_ids.shape[:2])
+        return original_advantages(scorer, sample_ids, *args)
+
+    monkeypatch.setattr(self_critical, "advantages", recording_advantages)
     history = test_run_fn._train(transformed, tmp_path, pipeline_config)
+    # 8 caption rows per replica = 1 image of 5 captions; 48 train images, 2 replicas: 24 steps
+    # of 2 images per epoch, each replica rewarding its own image's 3 samples.
+    assert set(rewarded) == {(1, 3)} and len(rewarded) == 2 * 24 * 2
     printed = capsys.readouterr().out
     assert len(history["loss"]) == 3 and len(history["dev_cider"]) == 2
     assert len(history["scst_reward"]) == 2 and all(np.isfinite(history["scst_loss"]))
