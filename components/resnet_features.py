@@ -72,10 +72,12 @@ def resolve_weights_file(weights: str) -> str:
             raise FileNotFoundError(
                 f"resnet_weights=imagenet needs Keras' weights file at {path}; this project never "
                 f"downloads it. Copy {IMAGENET_NOTOP_FILE} there (or set KERAS_HOME), or pass its "
-                "path or gs:// URI as RESNET_WEIGHTS=.")
+                "path or gs:// URI as RESNET_WEIGHTS= (the setting is features.resnet_weights).")
         return path
     if not tf.io.gfile.exists(weights):
-        raise FileNotFoundError(f"ResNet50 weights file not found: {weights}")
+        raise FileNotFoundError(
+            f"ResNet50 weights file not found: {weights}; the file is features.resnet_weights "
+            "(--resnet_weights, RESNET_WEIGHTS= for make; or imagenet, or random for smoke runs).")
     if "://" not in weights:
         return weights
     local_path = os.path.join(tempfile.mkdtemp(prefix="resnet50_weights_"), os.path.basename(weights))

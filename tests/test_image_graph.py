@@ -95,3 +95,12 @@ def test_header_bombs_are_refused_by_their_header_size():
 def test_an_empty_batch_gives_empty_outputs():
     resized, errors = _decode([])
     assert resized.shape == (0, IMAGE_SIZE, IMAGE_SIZE, 3) and errors == []
+
+
+def test_missing_resnet_weights_name_the_setting_that_points_at_them(tmp_path, monkeypatch):
+    with pytest.raises(FileNotFoundError, match=r"ResNet50 weights file not found: .*resnet\.h5; "
+                                                r"the file is features\.resnet_weights \(--resnet_weights"):
+        resnet_features.resolve_weights_file(str(tmp_path / "resnet.h5"))
+    monkeypatch.setenv("KERAS_HOME", str(tmp_path / "keras"))
+    with pytest.raises(FileNotFoundError, match=r"the setting is features\.resnet_weights"):
+        resnet_features.resolve_weights_file("imagenet")

@@ -32,6 +32,10 @@ from components import config as config_lib
 DEFAULT_STDDEV = 0.4
 
 
+class GloveFileNotFoundError(FileNotFoundError):
+    """The GloVe file the config names does not exist; the message names the setting."""
+
+
 class GloveFormatError(ValueError):
     """The GloVe file is not in the ``word v1 ... vN`` text format."""
 
@@ -60,10 +64,14 @@ class EmbeddingCoverage:
 
 
 def _open_binary(path: str) -> BinaryIO:
-    if "://" not in path:
-        return open(path, "rb")
     import tensorflow as tf
 
+    if not tf.io.gfile.exists(path):
+        raise GloveFileNotFoundError(
+            f"GloVe file not found: {path}; the file is transform.glove_path (--glove, GLOVE= for "
+            "make; empty: no GloVe, a trained embedding).")
+    if "://" not in path:
+        return open(path, "rb")
     return tf.io.gfile.GFile(path, "rb")
 
 

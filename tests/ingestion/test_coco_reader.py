@@ -135,8 +135,14 @@ def test_layout_errors_name_the_file_and_the_rule(tmp_path):
     truncated.write_text('{"images": [{"id": 1, ', encoding="utf-8")
     with pytest.raises(coco.CocoLayoutError, match="not a COCO caption annotation file"):
         coco.read_coco(str(tmp_path), [good, "annotations/captions_val2014.json"])
-    with pytest.raises(coco.CocoLayoutError, match="not readable"):
+    with pytest.raises(coco.CocoLayoutError,
+                       match=r"not readable: .*captions_train2017\.json .*; the file is "
+                             r"data\.coco_annotation_files, relative to data\.data_dir"):
         coco.read_coco(str(tmp_path), ["annotations/captions_train2017.json"])
+    with pytest.raises(coco.karpathy.KarpathyLayoutError,
+                       match=r"not readable: .*dataset_coco\.json .*; the file is "
+                             r"data\.karpathy_split_file, relative to data\.data_dir"):
+        coco.read_coco(str(tmp_path), [good], karpathy_split_file="dataset_coco.json")
     with pytest.raises(config_lib.ConfigError, match="data.coco_annotation_files="):
         config_lib.PipelineConfig().with_overrides(
             {"data.coco_annotation_files": "annotations/train_captions.json"}).validate()

@@ -131,7 +131,9 @@ def test_a_file_that_is_not_json_is_a_layout_error(tmp_path):
     (tmp_path / "dataset.json").write_text('{"images": [{"filename": "a.jpg", "split": ', encoding="utf-8")
     with pytest.raises(karpathy.KarpathyLayoutError, match="not a Karpathy split file"):
         karpathy.read_karpathy(str(tmp_path), "dataset.json")
-    with pytest.raises(karpathy.KarpathyLayoutError, match="not readable"):
+    with pytest.raises(karpathy.KarpathyLayoutError,
+                       match=r"not readable: .*missing\.json .*; the file is data\.captions_file, "
+                             r"relative to data\.data_dir \(--data_dir\)"):
         karpathy.read_karpathy(str(tmp_path), "missing.json")
 
 

@@ -147,3 +147,11 @@ def test_a_file_that_is_not_glove_is_a_clear_error_even_without_a_wanted_word(tm
     (tmp_path / "captions.txt").write_text("image,caption\n1000268201.jpg,A child in pink .\n")
     with pytest.raises(glove.GloveFormatError, match=r"captions.txt:1 is not .* not a GloVe text file"):
         glove.read_vectors(str(tmp_path / "captions.txt"), ["zebra"])
+
+
+def test_a_missing_glove_file_names_the_setting_that_points_at_it(tmp_path):
+    missing = str(tmp_path / "glove.6B.zip")
+    with pytest.raises(glove.GloveFileNotFoundError,
+                       match=r"GloVe file not found: .*glove\.6B\.zip; the file is "
+                             r"transform\.glove_path \(--glove, GLOVE= for make"):
+        glove.read_vectors(missing, ["the"])

@@ -102,7 +102,11 @@ def read_coco(
     names_by_file: List[Dict[int, str]] = []
     image_entries: List[SplitLine] = []
     for path, folder in zip(paths, folders, strict=True):
-        names, entries = _read_images(path, folder, open_binary)
+        try:
+            names, entries = _read_images(path, folder, open_binary)
+        except CocoLayoutError as error:
+            raise CocoLayoutError(
+                f"{error}; {files.setting_hint('data.coco_annotation_files')}") from error
         names_by_file.append(names)
         image_entries.extend(entries)
 
@@ -110,7 +114,8 @@ def read_coco(
         split_path = files.resolve(data_dir, karpathy_split_file)
         splits = dict(karpathy.KARPATHY_SPLITS, **{karpathy.RESTVAL: restval_split})
         split_lines = itertools.chain([line for line in image_entries if line.error is not None],
-                             karpathy.split_entries(split_path, open_binary, splits))
+                             files.naming_setting(karpathy.split_entries(split_path, open_binary, splits),
+                                                  "data.karpathy_split_file"))
     else:
         split_lines = iter(image_entries)
     caption_lines = (line for path, names in zip(paths, names_by_file, strict=True)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from typing import BinaryIO, Callable, Set, Type
+from typing import BinaryIO, Callable, Iterator, Set, Type
 
 from components.ingestion.formats.index import DatasetLayoutError
 
@@ -24,6 +24,20 @@ def open_required(path: str, open_binary: Callable[[str], BinaryIO],
         return open_binary(path)
     except Exception as error:  # FileNotFoundError locally, BeamIOError and others remotely
         raise error_type(f"Required {error_type.dataset} file not readable: {path} ({error})") from error
+
+
+def setting_hint(setting: str) -> str:
+    """What a missing file's error adds: the setting that points at the file."""
+    return f"the file is {setting}, relative to data.data_dir (--data_dir)"
+
+
+def naming_setting(lines: Iterator, setting: str) -> Iterator:
+    """``lines``, with a missing or unreadable file's error naming the setting that points at
+    it (the error keeps its type)."""
+    try:
+        yield from lines
+    except DatasetLayoutError as error:
+        raise type(error)(f"{error}; {setting_hint(setting)}") from error
 
 
 def list_image_files(image_dir: str) -> Set[str]:

@@ -94,18 +94,9 @@ def read_flickr8k(
     captions_path = files.resolve(data_dir, captions_file)
     return index.build_index(
         _split_list_lines(data_dir, split_files, open_binary),
-        _naming_setting(_parse_caption_lines(captions_path, open_binary, max_caption_chars),
-                        "data.captions_file"),
+        files.naming_setting(_parse_caption_lines(captions_path, open_binary, max_caption_chars),
+                             "data.captions_file"),
         os.path.basename(captions_path), image_files, max_caption_chars, max_captions_per_image)
-
-
-def _naming_setting(lines: Iterator, setting: str) -> Iterator:
-    """``lines``, with a missing or unreadable file's error naming the setting that points at it."""
-    try:
-        yield from lines
-    except Flickr8kLayoutError as error:
-        raise Flickr8kLayoutError(f"{error}; the file is {setting}, relative to data.data_dir "
-                                  "(--data_dir)") from error
 
 
 def read_index(data_dir: str, data: config_lib.DataConfig,
@@ -126,7 +117,7 @@ def _split_list_lines(data_dir: str, split_files: Mapping[str, str],
             continue
         path = files.resolve(data_dir, split_files[split])
         source = os.path.basename(path)
-        for line_number, text, error in _naming_setting(
+        for line_number, text, error in files.naming_setting(
                 _read_lines(path, open_binary, _MAX_SPLIT_LINE_BYTES), f"data.{split}_split_file"):
             if error is None and not text.strip():
                 yield SplitLine(line_number, source, blank=True)

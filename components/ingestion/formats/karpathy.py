@@ -65,7 +65,8 @@ def read_karpathy(
     image_files = files.list_image_files(image_dir) if image_dir is not None else None
     splits = dict(KARPATHY_SPLITS, **{RESTVAL: restval_split})
     return index.build_index(
-        split_entries(path, open_binary, splits), _caption_lines(path, open_binary),
+        files.naming_setting(split_entries(path, open_binary, splits), "data.captions_file"),
+        files.naming_setting(_caption_lines(path, open_binary), "data.captions_file"),
         os.path.basename(path), image_files, max_caption_chars, max_captions_per_image,
         is_safe_name=index.is_image_path)
 
