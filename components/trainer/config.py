@@ -51,6 +51,9 @@ class TrainerConfig:
     # Early stopping watches dev loss from this fraction of ``epochs`` on (the best weights are
     # restored from that part only); why half: README "Trainer" (measured on the demo data).
     early_stopping_start_fraction: Annotated[float, Interval(ge=0, le=1)] = 0.5
+    # What early stopping watches and the kept epoch is best by: dev loss, or the dev split's
+    # greedy captions scored each epoch by BLEU-4 or CIDEr-D (components.trainer.dev_scores).
+    select_on: Literal["dev_loss", "dev_bleu4", "dev_cider"] = "dev_loss"
     cache_dataset: bool = True  # parsed images in memory: ~200 KB each
     # float16 compute with float32 variables, logits and loss: "auto" (on where every visible
     # GPU has float16 tensor cores, compute capability 7.0+; off on CPUs), "on", "off".

@@ -42,7 +42,7 @@ from absl import logging
 
 from components import config as config_lib
 from components import cpu_bfloat16, example_format, terminal
-from components.trainer import cider_d, export, inputs, self_critical
+from components.trainer import cider_d, dev_scores, export, inputs, self_critical
 from components.trainer import model as model_lib
 from components.trainer.losses import NonFiniteLossError
 from components.transform import preprocessing
@@ -135,7 +135,8 @@ class EpochProgress(keras.callbacks.Callback):
         logs = logs or {}
         logging.info("epoch %d: %s", epoch + 1,
                      ", ".join(f"{name} {float(value):.4f}" for name, value in sorted(logs.items())))
-        names = (("loss", "loss"), ("val_loss", "dev loss"), ("val_masked_accuracy", "dev token accuracy"))
+        names = (("loss", "loss"), ("val_loss", "dev loss"), ("val_masked_accuracy", "dev token accuracy"),
+                 ("val_bleu4", "dev BLEU-4"), ("val_cider", "dev CIDEr-D"))
         metrics = ", ".join(f"{label} {float(logs[name]):.4f}" for name, label in names if name in logs)
         line = f"    epoch {epoch + 1}/{self._epochs}: {metrics} ({time.monotonic() - self._started:.1f} s)"
         if self._bar is not None:
@@ -179,11 +180,19 @@ def train(pipeline_config: config_lib.PipelineConfig, train_files: List[str], ev
                       serving_model_dir, backup_directory, extra_callbacks)
 
 
+# trainer.select_on → (the epoch log's key, whether higher is better).
+SELECTION_LOGS = {"dev_loss": ("val_loss", "min"), "dev_bleu4": ("val_bleu4", "max"),
+                  "dev_cider": ("val_cider", "max")}
+
+
 def early_stopping(trainer: config_lib.TrainerConfig) -> keras.callbacks.EarlyStopping:
-    """Stops after ``early_stopping_patience`` epochs without a better dev loss, watching from
+    """Stops after ``early_stopping_patience`` epochs without a better ``trainer.select_on``
+    (dev loss, or dev BLEU-4 / CIDEr-D of greedy captions), watching from
     ``early_stopping_start_fraction`` of the epochs on, and restores the best watched weights."""
+    monitor, mode = SELECTION_LOGS[trainer.select_on]
     return keras.callbacks.EarlyStopping(
-        monitor="val_loss", patience=trainer.early_stopping_patience, restore_best_weights=True,
+        monitor=monitor, mode=mode, patience=trainer.early_stopping_patience,
+        restore_best_weights=True,
         start_from_epoch=int(trainer.epochs * trainer.early_stopping_start_fraction))
 
 
@@ -241,7 +250,8 @@ def _train(pipeline_config, train_files, eval_files, transform_output_dir, model
                                 global_batch_size=per_replica_rows * replicas)
 
     scst_directory = backup_directory.rstrip("/") + SELF_CRITICAL_BACKUP_SUFFIX
-    history = _cross_entropy_phase(trainer, model, training_model, train_dataset, eval_dataset,
+    history = _cross_entropy_phase(trainer, model, training_model, max_caption_length,
+                                   train_dataset, eval_dataset,
                                    steps_per_epoch, validation_steps, backup_directory,
                                    scst_directory, os.path.join(model_run_dir, "tensorboard"),
                                    extra_callbacks)
@@ -287,9 +297,9 @@ def _bfloat16(trainer: config_lib.TrainerConfig) -> bool:
                                 gpu_visible=bool(tf.config.list_logical_devices("GPU")))
 
 
-def _cross_entropy_phase(trainer, model, training_model, train_dataset, eval_dataset,
-                         steps_per_epoch, validation_steps, backup_directory, scst_directory,
-                         tensorboard_dir, extra_callbacks) -> dict:
+def _cross_entropy_phase(trainer, model, training_model, max_caption_length, train_dataset,
+                         eval_dataset, steps_per_epoch, validation_steps, backup_directory,
+                         scst_directory, tensorboard_dir, extra_callbacks) -> dict:
     """``fit`` with the callbacks; the history per epoch plus ``best_epoch`` (1-based) of the
     weights left in the model. With a self-critical phase to follow, a finished phase is saved in
     ``scst_directory`` and a re-execution takes it from there instead of training again."""
@@ -302,9 +312,12 @@ def _cross_entropy_phase(trainer, model, training_model, train_dataset, eval_dat
         return history
     progress = EpochProgress(trainer.epochs, steps_per_epoch)
     stopping = early_stopping(trainer)
+    dev_metrics = [] if trainer.select_on == "dev_loss" else [dev_scores.DevCaptionMetrics(
+        dev_scores.DevCaptionScorer(model, max_caption_length, eval_dataset, validation_steps))]
     callbacks = [
         keras.callbacks.BackupAndRestore(backup_directory),
         keras.callbacks.TerminateOnNaN(),
+        *dev_metrics,  # before EarlyStopping, which reads what it adds to the epoch's logs
         stopping,
         keras.callbacks.TensorBoard(log_dir=tensorboard_dir),
         progress,

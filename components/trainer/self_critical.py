@@ -18,7 +18,8 @@ the host through ``tf.numpy_function``); the optimizer sums the replicas' gradie
 sum (``optimizers.ReducedGradientClipAdam``), so the step is the single-device one.
 
 The phase cannot silently hurt: after each epoch the dev split's greedy captions are scored by
-CIDEr-D (document frequencies from the dev captions, as pycocoevalcap takes them), and the weights
+CIDEr-D (``dev_scores``: words up to ``<end>``, document frequencies from the dev captions, as
+pycocoevalcap takes them), and the weights
 of the best epoch are kept: the cross-entropy ones when no SCST epoch beats them. A non-finite
 loss stops training (``losses.NonFiniteLossError``). Every epoch ends in a checkpoint in the
 backup directory (weights, optimizer, the best so far), so a killed Trainer resumes at the next
@@ -39,7 +40,7 @@ import tensorflow as tf
 
 from components import caption_text, example_format
 from components import config as config_lib
-from components.trainer import cider_d, decoding, inputs, losses, optimizers
+from components.trainer import cider_d, decoding, dev_scores, inputs, losses, optimizers
 from components.trainer import model as model_lib
 
 STATE_FILE = "scst_state.json"
@@ -136,7 +137,6 @@ class SelfCriticalTrainer:
         self.optimizer = optimizer
         self.peak_learning_rate = peak
         self._train_step = tf.function(self._distributed_step)
-        self._greedy = tf.function(self._greedy_ids)
 
     def _reward(self, sample_ids, greedy_ids, target_ids):
         return advantages(self.train_scorer, sample_ids, greedy_ids, target_ids,
@@ -185,28 +185,6 @@ class SelfCriticalTrainer:
         return tuple(self.strategy.reduce(tf.distribute.ReduceOp.SUM, value, axis=None)
                      for value in per_replica)
 
-    def _greedy_ids(self, image_features):
-        projection = self.image_encoder(image_features, training=False)
-        ids, _ = decoding.greedy_decode(self.incremental.step, projection,
-                                        self.incremental.initial_state(projection),
-                                        self.max_length, self.vocabulary_size)
-        return ids
-
-    def dev_cider(self, dev_dataset: tf.data.Dataset, dev_steps: int) -> float:
-        """Mean CIDEr-D of the greedy captions of the dev images (filler images skipped), with
-        document frequencies from the dev captions."""
-        hypotheses, references = [], []
-        for model_inputs, target_ids in dev_dataset.take(dev_steps):
-            ids = self._greedy(model_inputs[example_format.IMAGE_FEATURES]).numpy()
-            for row, rows in zip(ids, target_ids.numpy(), strict=True):
-                image_refs = image_references(rows)
-                if image_refs:
-                    hypotheses.append([caption_tokens(row)])
-                    references.append(image_refs)
-        if not references:
-            raise ValueError("The dev split has no captions to score the self-critical phase on.")
-        return float(cider_d.CiderD(references).scores(hypotheses, references).mean())
-
     def train(self, train_dataset: tf.data.Dataset, steps_per_epoch: int, dev_dataset: tf.data.Dataset,
               dev_steps: int, backup_directory: str, stream: Optional[TextIO] = None) -> dict:
         """Runs the remaining SCST epochs, resuming from ``backup_directory``; leaves the best
@@ -215,9 +193,10 @@ class SelfCriticalTrainer:
         weights)."""
         stream = stream or sys.stdout
         epochs = self.trainer.scst_epochs
+        dev_scorer = dev_scores.DevCaptionScorer(self.model, self.max_length, dev_dataset, dev_steps)
         state = _read_state(backup_directory)
         if state is None:
-            before = self.dev_cider(dev_dataset, dev_steps)
+            before = dev_scorer.scores()["cider"]
             state = {"epochs_done": 0, "dev_cider_before": before, "best_dev_cider": before,
                      "best_epoch": 0, "best_weights": _best_weights_file(0), "last_weights": None,
                      "scst_loss": [], "scst_reward": [], "dev_cider": []}
@@ -245,7 +224,7 @@ class SelfCriticalTrainer:
                         "no model is written.")
                 losses_seen.append(float(loss))
                 reward_sum, images = reward_sum + float(rewards), images + float(counted)
-            dev = self.dev_cider(dev_dataset, dev_steps)
+            dev = dev_scorer.scores()["cider"]
             state["scst_loss"].append(float(np.mean(losses_seen)))
             state["scst_reward"].append(reward_sum / max(images, 1.0))
             state["dev_cider"].append(dev)

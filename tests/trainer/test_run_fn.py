@@ -238,6 +238,27 @@ def test_training_progress_is_a_line_per_epoch_and_on_a_terminal_one_bar_over_al
     assert not re.search(r"\b[0-9]/15 \[", printed) and "15/15 [" in printed, printed
 
 
+@pytest.mark.parametrize("select_on", ["dev_loss", "dev_bleu4", "dev_cider"])
+def test_early_stopping_keeps_the_best_epoch_by_the_selected_dev_measure(select_on):
+    """Loss is best low, BLEU-4 and CIDEr-D high: each rule restores its own best epoch."""
+    values = [0.9, 0.5, 0.7, 0.6]
+    trainer = config_lib.TrainerConfig(epochs=4, early_stopping_patience=4,
+                                       early_stopping_start_fraction=0.0, select_on=select_on)
+    model = keras.Sequential([keras.Input((1,)), keras.layers.Dense(1)])
+    callback = run_fn.early_stopping(trainer)
+    callback.set_model(model)
+    model.stop_training = False
+    callback.on_train_begin()
+    log_key = run_fn.SELECTION_LOGS[select_on][0]
+    for epoch, value in enumerate(values):
+        model.layers[0].bias.assign([float(epoch)])
+        logs = {"val_loss": 1.0 - epoch / 10}  # falling: its best is the last epoch
+        logs[log_key] = value
+        callback.on_epoch_end(epoch, logs)
+    callback.on_train_end()
+    assert model.layers[0].bias.numpy()[0] == (1 if select_on == "dev_loss" else 0)
+
+
 @pytest.mark.parametrize("start_fraction, stopped_after_epoch", [(0.0, 10), (0.5, 20)])
 def test_early_stopping_ignores_dev_loss_before_its_start_fraction_of_the_epochs(
         start_fraction, stopped_after_epoch):
@@ -261,6 +282,18 @@ def test_early_stopping_ignores_dev_loss_before_its_start_fraction_of_the_epochs
     assert epoch + 1 == stopped_after_epoch
     best_epoch = int(np.argmin(val_losses[int(20 * start_fraction):epoch + 1])) + int(20 * start_fraction)
     assert model.layers[0].bias.numpy()[0] == best_epoch
+
+
+def test_selecting_on_dev_bleu4_scores_greedy_dev_captions_each_epoch_and_keeps_the_best(
+        transformed, tmp_path):
+    history = _train(transformed, tmp_path, _config(epochs=3, select_on="dev_bleu4",
+                                                    early_stopping_start_fraction=0.0))
+    assert len(history["val_bleu4"]) == 3 and len(history["val_cider"]) == 3
+    assert all(0.0 <= value <= 1.0 for value in history["val_bleu4"])
+    saved = json.loads((tmp_path / "run" / example_format.HISTORY_FILE).read_text())
+    assert saved["val_bleu4"] == history["val_bleu4"]
+    assert saved["exported_weights"] == {
+        "phase": "cross_entropy", "epoch": int(np.argmax(history["val_bleu4"])) + 1}
 
 
 def test_training_reads_and_writes_its_run_files_on_a_filesystem_that_is_not_the_local_disk(
