@@ -51,12 +51,10 @@ def _pad_only(vocabulary: tf.Tensor) -> tf.Tensor:
     return tf.where(tf.equal(tf.range(vocabulary), caption_text.PAD_ID), 0.0, -1e9)
 
 
-def greedy_decode(step: Step, image_context: tf.Tensor, initial_state: State, max_length: int,
-                  vocabulary_size: int):
-    """Returns (ids [batch, max_length - 1] without <start>, score [batch]).
-
-    Stops early once every caption of the batch has ended.
-    """
+def _decode_one_per_row(step: Step, image_context: tf.Tensor, initial_state: State, max_length: int,
+                        vocabulary_size: int, choose: Callable[[tf.Tensor, tf.Tensor], tf.Tensor]):
+    """One caption per row, each id ``choose(allowed log-probabilities [batch, vocabulary],
+    position)``; returns (ids [batch, max_length - 1], summed log-probability [batch])."""
     batch = tf.shape(image_context)[0]
     tokens = tf.fill([batch], caption_text.START_ID)
     state = tuple(initial_state)
@@ -67,13 +65,24 @@ def greedy_decode(step: Step, image_context: tf.Tensor, initial_state: State, ma
     for position in tf.range(max_length - 1):
         logits, state = step(image_context, tokens, state)
         log_probs = _allowed_log_probs(logits, finished, bias, pad_only)
-        tokens = tf.argmax(log_probs, axis=-1, output_type=tf.int32)
-        scores += tf.reduce_max(log_probs, axis=-1)
+        tokens = choose(log_probs, position)
+        scores += tf.gather(log_probs, tokens, batch_dims=1)
         ids += tokens[:, tf.newaxis] * tf.one_hot(position, max_length - 1, dtype=tf.int32)
         finished = tf.logical_or(finished, tf.equal(tokens, caption_text.END_ID))
         if tf.reduce_all(finished):
             break
     return ids, scores
+
+
+def greedy_decode(step: Step, image_context: tf.Tensor, initial_state: State, max_length: int,
+                  vocabulary_size: int):
+    """Returns (ids [batch, max_length - 1] without <start>, score [batch]).
+
+    Stops early once every caption of the batch has ended.
+    """
+    return _decode_one_per_row(
+        step, image_context, initial_state, max_length, vocabulary_size,
+        lambda log_probs, position: tf.argmax(log_probs, axis=-1, output_type=tf.int32))
 
 
 def sample_decode(step: Step, image_context: tf.Tensor, initial_state: State, max_length: int,
@@ -83,24 +92,11 @@ def sample_decode(step: Step, image_context: tf.Tensor, initial_state: State, ma
     ids (``forbidden_bias``), padding after ``<end>``. ``seed``: int32 ``[2]``, the stateless
     random seed of the call (the same seed and weights give the same captions).
     """
-    batch = tf.shape(image_context)[0]
-    tokens = tf.fill([batch], caption_text.START_ID)
-    state = tuple(initial_state)
-    finished = tf.zeros([batch], tf.bool)
-    scores = tf.zeros([batch], tf.float32)
-    ids = tf.zeros([batch, max_length - 1], tf.int32)
-    bias, pad_only = forbidden_bias(vocabulary_size), _pad_only(vocabulary_size)
-    for position in tf.range(max_length - 1):
-        logits, state = step(image_context, tokens, state)
-        log_probs = _allowed_log_probs(logits, finished, bias, pad_only)
-        tokens = tf.reshape(tf.random.stateless_categorical(
-            log_probs, 1, seed=tf.stack([seed[0], seed[1] + position]), dtype=tf.int32), [batch])
-        scores += tf.gather(log_probs, tokens, batch_dims=1)
-        ids += tokens[:, tf.newaxis] * tf.one_hot(position, max_length - 1, dtype=tf.int32)
-        finished = tf.logical_or(finished, tf.equal(tokens, caption_text.END_ID))
-        if tf.reduce_all(finished):
-            break
-    return ids, scores
+    def draw(log_probs, position):
+        return tf.reshape(tf.random.stateless_categorical(
+            log_probs, 1, seed=tf.stack([seed[0], seed[1] + position]), dtype=tf.int32), [-1])
+
+    return _decode_one_per_row(step, image_context, initial_state, max_length, vocabulary_size, draw)
 
 
 def length_penalty(lengths: tf.Tensor, alpha: float) -> tf.Tensor:

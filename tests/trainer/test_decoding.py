@@ -151,3 +151,32 @@ def test_length_penalty_prefers_the_longer_caption_only_when_asked():
                                              VOCABULARY, 3, length_alpha=1.0)
     assert list(ids.numpy()[0][:3]) == [A, B, END]
     assert score.numpy()[0] == pytest.approx(math.log(0.378), rel=1e-5)  # the plain sum
+
+
+def test_sampling_draws_by_the_model_probabilities_and_follows_the_decoding_rules():
+    """GREEDY_TRAP sampled 2,000 times: "a <end>" has 0.6 x 0.35 = 0.21, "b <end>" 0.36; the
+    returned score is each sample's own log-probability; the same seed gives the same captions."""
+    rows = 2000
+    step = _markov_step(np.stack([GREEDY_TRAP]))
+    image_index = tf.zeros([rows], tf.int32)
+    initial_state = (tf.zeros([rows], tf.int32),)
+    ids, scores = decoding.sample_decode(step, image_index, initial_state, 6, VOCABULARY,
+                                         tf.constant([3, 0], tf.int32))
+    ids, scores = ids.numpy(), scores.numpy()
+    first_two = [tuple(row[:2]) for row in ids]
+    assert abs(first_two.count((A, END)) / rows - 0.21) < 0.03
+    assert abs(first_two.count((B, END)) / rows - 0.36) < 0.03
+    assert not np.isin(ids, [START, UNK]).any()
+    for row, score in zip(ids, scores, strict=True):
+        ended = list(row).index(END) if END in row else len(row)
+        assert (row[ended + 1:] == PAD).all() and (row[:ended] >= A).all()
+        probability, previous = 1.0, START
+        for token in row[:ended + 1]:
+            probability *= GREEDY_TRAP[previous, token]
+            previous = token
+        assert score == pytest.approx(math.log(probability), abs=1e-4)
+    again, _ = decoding.sample_decode(step, image_index, initial_state, 6, VOCABULARY,
+                                      tf.constant([3, 0], tf.int32))
+    other, _ = decoding.sample_decode(step, image_index, initial_state, 6, VOCABULARY,
+                                      tf.constant([4, 0], tf.int32))
+    assert (again.numpy() == ids).all() and not (other.numpy() == ids).all()
