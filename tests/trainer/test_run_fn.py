@@ -300,16 +300,21 @@ def test_training_reads_and_writes_its_run_files_on_a_filesystem_that_is_not_the
         transformed):
     """Transformed examples, transform graph, model run, serving model and backup all under
     TensorFlow's ram:// (gs:// on Vertex): history, the Keras decoder, TensorBoard events, the
-    SavedModel and its facts are written there, and nothing on the local disk."""
+    SavedModel and its facts are written there, and nothing on the local disk; the
+    self-critical phase's files too."""
     from tests import ram_filesystem
 
     root = ram_filesystem.new_root("trainer")
     ram_filesystem.copy_tree(str(transformed), f"{root}/transformed")
-    history = run_fn.train(_config(epochs=2), [f"{root}/transformed/Split-train/*"],
+    # With a self-critical epoch: its checkpoints and the finished cross-entropy weights go
+    # beside the backup, on ram:// too, and are removed once the model is written.
+    history = run_fn.train(_config(epochs=2, scst_epochs=1, scst_samples=2),
+                           [f"{root}/transformed/Split-train/*"],
                            [f"{root}/transformed/Split-dev/*"], f"{root}/transformed/transform_graph",
                            f"{root}/run", f"{root}/serving", f"{root}/backup")
-    assert len(history["loss"]) == 2
+    assert len(history["loss"]) == 2 and len(history["dev_cider"]) == 1
     written = ram_filesystem.files_under(root)
+    assert not any(path.startswith("backup" + run_fn.SELF_CRITICAL_BACKUP_SUFFIX) for path in written)
     for expected in (f"run/{example_format.HISTORY_FILE}", f"run/{run_fn.DECODER_FILE}",
                      "serving/saved_model.pb", f"serving/assets.extra/{example_format.FACTS_FILE}"):
         assert expected in written, expected
