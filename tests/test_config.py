@@ -73,6 +73,10 @@ def test_override_argument_must_have_equals_sign():
     ("trainer.warmup_steps", "-5", "must be >= 0"),
     ("trainer.gpu_per_replica_batch_size", "0", "must be >= 1"),
     ("trainer.learning_rate_batch_size", "0", "must be >= 1"),
+    ("trainer.scst_samples", "0", "must be in 1..64"),
+    ("trainer.scst_learning_rate", "nan", "must be finite and > 0"),
+    ("trainer.scst_baseline", "mean", "must be one of ['greedy', 'sample_mean']"),
+    ("trainer.select_on", "dev_bleu", "must be one of ['dev_loss', 'dev_bleu4', 'dev_cider']"),
     ("trainer.steps_per_execution", "0", "must be >= 1"),
     ("trainer.mixed_precision", "fp16", "must be one of ['auto', 'on', 'off']"),
     ("evaluation.beam_width", "-1", "must be >= 0"),
@@ -113,6 +117,14 @@ def test_meteor_blessing_needs_meteor_and_every_problem_is_listed_at_once():
     with pytest.raises(config_lib.ConfigError, match="needs evaluation.with_meteor=true") as raised:
         overridden.validate()
     assert "trainer.epochs=0" in str(raised.value)
+
+
+def test_a_sample_mean_baseline_needs_two_samples_only_when_the_phase_runs():
+    single = {"trainer.scst_baseline": "sample_mean", "trainer.scst_samples": "1"}
+    config_lib.PipelineConfig().with_overrides(single).validate()  # scst_epochs 0: no phase
+    with pytest.raises(config_lib.ConfigError, match=r"trainer.scst_samples=1: must be at least 2 "
+                                                     r"with trainer.scst_baseline='sample_mean'"):
+        config_lib.PipelineConfig().with_overrides({**single, "trainer.scst_epochs": "2"}).validate()
 
 
 def test_defaults_and_flags_give_a_valid_config():
