@@ -326,19 +326,26 @@ def learning_rate_schedule(trainer: config_lib.TrainerConfig, total_steps: int,
         warmup_target=peak, warmup_steps=warmup_steps)
 
 
+def make_optimizer(trainer: config_lib.TrainerConfig, learning_rate):
+    """Adam with ``trainer.clipnorm``, wrapped for loss scaling under mixed precision; both clip
+    and skip overflowed steps on the gradient of all replicas (``optimizers`` module)."""
+    from components.trainer import optimizers
+
+    optimizer = optimizers.ReducedGradientClipAdam(learning_rate=learning_rate,
+                                                   clipnorm=trainer.clipnorm)
+    if mixed_precision_enabled(trainer.mixed_precision):
+        optimizer = optimizers.ReplicaAgreedLossScaleOptimizer(optimizer)
+    return optimizer
+
+
 def compile_model(model: keras.Model, trainer: config_lib.TrainerConfig, total_steps: int,
                   learning_rate=None, global_batch_size: Optional[int] = None) -> keras.Model:
     """Adam with gradient-norm clipping, the masked loss from logits and masked accuracy;
     ``trainer.steps_per_execution`` steps per graph call."""
-    from components.trainer import losses, optimizers
+    from components.trainer import losses
 
-    # Both clip and skip overflowed steps on the gradient of all replicas (optimizers module).
-    optimizer = optimizers.ReducedGradientClipAdam(
-        learning_rate=learning_rate if learning_rate is not None else learning_rate_schedule(
-            trainer, total_steps, global_batch_size),
-        clipnorm=trainer.clipnorm)
-    if mixed_precision_enabled(trainer.mixed_precision):
-        optimizer = optimizers.ReplicaAgreedLossScaleOptimizer(optimizer)
+    optimizer = make_optimizer(trainer, learning_rate if learning_rate is not None else
+                               learning_rate_schedule(trainer, total_steps, global_batch_size))
     model.compile(optimizer=optimizer, loss=losses.MaskedCaptionLoss(),
                   metrics=[losses.MaskedTokenAccuracy()],
                   steps_per_execution=trainer.steps_per_execution)

@@ -40,7 +40,7 @@ import tensorflow as tf
 
 from components import caption_text, example_format
 from components import config as config_lib
-from components.trainer import cider_d, decoding, dev_scores, inputs, losses, optimizers
+from components.trainer import cider_d, decoding, dev_scores, inputs, losses
 from components.trainer import model as model_lib
 
 STATE_FILE = "scst_state.json"
@@ -118,20 +118,15 @@ class SelfCriticalTrainer:
         self.max_length = max_caption_length
         self.train_scorer = train_scorer
         self.vocabulary_size = model.output_shape[-1]
-        peak, warmup = model_lib.scaled_learning_rate(
-            dataclasses.replace(trainer, learning_rate=trainer.scst_learning_rate),
-            global_rows)
+        # trainer.learning_rate's warm-up, cosine decay and batch scaling, at the SCST rate.
+        scst_trainer = dataclasses.replace(trainer, learning_rate=trainer.scst_learning_rate)
+        peak, _ = model_lib.scaled_learning_rate(scst_trainer, global_rows)
         with strategy.scope():
             self.image_encoder, _ = model_lib.split_model(model)
             self.incremental = model_lib.IncrementalDecoder(model)
             self.sample_model = model_lib.image_major_model(model, trainer.scst_samples)
-            optimizer = optimizers.ReducedGradientClipAdam(
-                learning_rate=keras.optimizers.schedules.CosineDecay(
-                    0.0, decay_steps=max(total_steps - min(warmup, total_steps // 2), 1), alpha=0.1,
-                    warmup_target=peak, warmup_steps=min(warmup, total_steps // 2)),
-                clipnorm=trainer.clipnorm)
-            if model_lib.mixed_precision_enabled(trainer.mixed_precision):
-                optimizer = optimizers.ReplicaAgreedLossScaleOptimizer(optimizer)
+            optimizer = model_lib.make_optimizer(
+                trainer, model_lib.learning_rate_schedule(scst_trainer, total_steps, global_rows))
             self.sample_model.compile(optimizer=optimizer)
             optimizer.build(self.sample_model.trainable_variables)
         self.optimizer = optimizer
