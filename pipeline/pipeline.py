@@ -74,11 +74,6 @@ def create_pipeline(
 ) -> tfx.dsl.Pipeline:
     """Ingestion → statistics → schema → validation gate → Transform → Trainer → evaluator → Pusher.
 
-    The evaluator scores the Trainer's SavedModel against image-blind baselines
-    and the latest blessed model (a ``LatestBlessedModelStrategy`` resolver) and
-    blesses it or not; the Pusher copies a blessed model into a new numbered
-    version directory under ``serving_model_dir`` (TF Serving's layout).
-
     Each component is handed only the config sections it reads (``STAGE_SECTIONS``), never
     ``runtime`` or ``cloud``: its exec properties are its cache key, so a changed field
     re-runs the stage that reads it and what follows, nothing before.
@@ -94,11 +89,29 @@ def create_pipeline(
         data_fingerprint=data_fingerprint, code_fingerprint=code_fingerprints["ingestion"])
     validation_and_transform = validated_transform(
         example_gen.outputs["examples"], pipeline_config, schema_path, code_fingerprints)
-    transform = validation_and_transform[-1]
-    # On Vertex AI the Trainer component only submits a custom training job (GPU worker pool).
+    trainer = trained_model(validation_and_transform[-1], pipeline_config, pipeline_root,
+                            code_fingerprints, vertex_training)
+    evaluation_and_push = evaluated_and_pushed(example_gen.outputs["examples"], trainer,
+                                               pipeline_config, code_fingerprints, serving_model_dir)
+    components = [example_gen, *validation_and_transform, trainer, *evaluation_and_push]
+    return tfx.dsl.Pipeline(
+        pipeline_name=pipeline_config.runtime.pipeline_name,
+        pipeline_root=pipeline_root,
+        components=components,
+        enable_cache=enable_cache,
+        metadata_connection_config=metadata_connection_config,
+        beam_pipeline_args=beam_pipeline_args or [],
+    )
+
+
+def trained_model(transform, pipeline_config: config_lib.PipelineConfig, pipeline_root: str,
+                  code_fingerprints: Mapping[str, str],
+                  vertex_training: Optional[Mapping[str, object]] = None):
+    """The Trainer over Transform's outputs; with ``vertex_training``, TFX's Vertex AI Trainer,
+    which only submits a custom training job (GPU worker pool) that runs the same ``run_fn``."""
     trainer_class = (tfx.extensions.google_cloud_ai_platform.Trainer if vertex_training
                      else tfx.components.Trainer)
-    trainer = trainer_class(
+    return trainer_class(
         run_fn="components.trainer.run_fn.run_fn",
         examples=transform.outputs["transformed_examples"],
         transform_graph=transform.outputs["transform_graph"],
@@ -112,13 +125,23 @@ def create_pipeline(
             **(vertex_training or {}),
         },
     )
+
+
+def evaluated_and_pushed(examples, trainer, pipeline_config: config_lib.PipelineConfig,
+                         code_fingerprints: Mapping[str, str], serving_model_dir: str) -> list:
+    """Latest-blessed-model resolver → evaluator → Pusher for the Trainer's model.
+
+    The evaluator scores the model on ``examples`` against image-blind baselines and the
+    latest blessed model and blesses it or not; the Pusher copies a blessed model into a new
+    numbered version directory under ``serving_model_dir`` (TF Serving's layout).
+    """
     latest_blessed_model = tfx.dsl.Resolver(
         strategy_class=tfx.dsl.experimental.LatestBlessedModelStrategy,
         model=tfx.dsl.Channel(type=tfx.types.standard_artifacts.Model),
         model_blessing=tfx.dsl.Channel(type=tfx.types.standard_artifacts.ModelBlessing),
     ).with_id("latest_blessed_model_resolver")
     evaluator = CaptionEvaluator(
-        examples=example_gen.outputs["examples"],
+        examples=examples,
         model=trainer.outputs["model"],
         model_run=trainer.outputs["model_run"],
         baseline_model=latest_blessed_model.outputs["model"],
@@ -131,13 +154,4 @@ def create_pipeline(
         push_destination=tfx.proto.PushDestination(
             filesystem=tfx.proto.PushDestination.Filesystem(base_directory=serving_model_dir)),
     ).with_id("Pusher")
-    components = [example_gen, *validation_and_transform, trainer, latest_blessed_model, evaluator,
-                  model_pusher]
-    return tfx.dsl.Pipeline(
-        pipeline_name=pipeline_config.runtime.pipeline_name,
-        pipeline_root=pipeline_root,
-        components=components,
-        enable_cache=enable_cache,
-        metadata_connection_config=metadata_connection_config,
-        beam_pipeline_args=beam_pipeline_args or [],
-    )
+    return [latest_blessed_model, evaluator, model_pusher]

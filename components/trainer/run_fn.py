@@ -32,7 +32,7 @@ import os
 import re
 import sys
 import time
-from typing import List, Optional, TextIO
+from typing import List, NamedTuple, Optional, TextIO
 
 import keras
 import numpy as np
@@ -210,33 +210,18 @@ def _train(pipeline_config, train_files, eval_files, transform_output_dir, model
         logging.warning("Transform had no GloVe file: training the randomly initialised embedding.")
 
     strategy = make_strategy()
-    replicas = strategy.num_replicas_in_sync
-    on_gpus = bool(tf.config.list_logical_devices("GPU"))
-    per_replica_rows = trainer.gpu_per_replica_batch_size if on_gpus else trainer.per_replica_batch_size
-    train_images, train_most_captions = inputs.caption_counts(train_files, max_caption_length)
-    eval_images, eval_most_captions = inputs.caption_counts(eval_files, max_caption_length)
-    captions_per_image = max(train_most_captions, eval_most_captions, 1)
-    images_per_batch = inputs.images_per_batch(per_replica_rows, captions_per_image, replicas)
-    peak_learning_rate, warmup_steps = model_lib.scaled_learning_rate(trainer, per_replica_rows * replicas)
+    batches = _batches(trainer, train_files, eval_files, max_caption_length,
+                       strategy.num_replicas_in_sync)
+    peak_learning_rate, warmup_steps = model_lib.scaled_learning_rate(trainer, batches.global_rows)
     logging.info("Training on %d replica(s) %s: batches of %d images x %d caption rows, "
                  "vocabulary %d ids (%d words); learning rate %.3g after %d warm-up steps "
                  "(trainer.learning_rate %.3g for %d rows, scaled to %d x %d rows); mixed "
-                 "precision %s.", replicas, strategy.extended.worker_devices, images_per_batch,
-                 captions_per_image, matrix.shape[0], len(words), peak_learning_rate, warmup_steps,
-                 trainer.learning_rate, trainer.learning_rate_batch_size, replicas, per_replica_rows,
+                 "precision %s.", strategy.num_replicas_in_sync, strategy.extended.worker_devices,
+                 batches.images_per_batch, batches.captions_per_image, matrix.shape[0], len(words),
+                 peak_learning_rate, warmup_steps, trainer.learning_rate,
+                 trainer.learning_rate_batch_size, strategy.num_replicas_in_sync,
+                 batches.per_replica_rows,
                  "on" if model_lib.mixed_precision_enabled(trainer.mixed_precision) else "off")
-    # fit is told the exact steps of one pass over repeated datasets: left to find the end of
-    # the data itself, the replicas raced for it, and the loss Keras reported for an epoch
-    # counted the last step or not (measured: identical weights and accuracies, losses off by
-    # one step's share, so EarlyStopping could restore other weights).
-    train_dataset = inputs.make_dataset(train_files, max_caption_length, images_per_batch,
-                                        captions_per_image, shuffle=True, seed=trainer.seed,
-                                        cache=trainer.cache_dataset, repeat=True)
-    steps_per_epoch = max(1, math.ceil(train_images / images_per_batch))
-    validation_steps = max(1, math.ceil(eval_images / images_per_batch))
-    eval_dataset = inputs.make_dataset(eval_files, max_caption_length, images_per_batch,
-                                       captions_per_image, shuffle=False,
-                                       cache=trainer.cache_dataset, repeat=True)
     feature_mean, feature_variance = inputs.feature_statistics(train_files, max_caption_length)
     logging.info("Image features standardised per channel: mean %.3f, std %.3f on average over "
                  "the channels.", feature_mean.mean(), np.sqrt(feature_variance).mean())
@@ -245,33 +230,81 @@ def _train(pipeline_config, train_files, eval_files, transform_output_dir, model
             trainer, matrix.shape[0], matrix, fine_tune_embedding=fine_tune,
             feature_statistics=(feature_mean, feature_variance))
         # Trained image-major (the encoder once per image); saved and exported caption-major.
-        training_model = model_lib.image_major_model(model, captions_per_image)
-        model_lib.compile_model(training_model, trainer, total_steps=steps_per_epoch * trainer.epochs,
-                                global_batch_size=per_replica_rows * replicas)
+        training_model = model_lib.image_major_model(model, batches.captions_per_image)
+        model_lib.compile_model(training_model, trainer,
+                                total_steps=batches.steps_per_epoch * trainer.epochs,
+                                global_batch_size=batches.global_rows)
 
     scst_directory = backup_directory.rstrip("/") + SELF_CRITICAL_BACKUP_SUFFIX
     history = _cross_entropy_phase(trainer, model, training_model, max_caption_length,
-                                   train_dataset, eval_dataset,
-                                   steps_per_epoch, validation_steps, backup_directory,
-                                   scst_directory, os.path.join(model_run_dir, "tensorboard"),
-                                   extra_callbacks)
+                                   batches.train_dataset, batches.eval_dataset,
+                                   batches.steps_per_epoch, batches.validation_steps,
+                                   backup_directory, scst_directory,
+                                   os.path.join(model_run_dir, "tensorboard"), extra_callbacks)
     exported_weights = {"phase": "cross_entropy", "epoch": history.pop("best_epoch")}
     if trainer.scst_epochs:
         scst = self_critical.SelfCriticalTrainer(
             model, strategy, trainer, max_caption_length,
             cider_d.CiderD(self_critical.reference_corpus(train_files, max_caption_length)),
-            global_rows=images_per_batch * trainer.scst_samples,
-            total_steps=steps_per_epoch * trainer.scst_epochs)
+            global_rows=batches.images_per_batch * trainer.scst_samples,
+            total_steps=batches.steps_per_epoch * trainer.scst_epochs)
         with cpu_bfloat16.rewrite(_bfloat16(trainer)):
-            scst_history = scst.train(train_dataset, steps_per_epoch, eval_dataset, validation_steps,
-                                      scst_directory)
+            scst_history = scst.train(batches.train_dataset, batches.steps_per_epoch,
+                                      batches.eval_dataset, batches.validation_steps, scst_directory)
         history.update(scst_history)
         if scst_history["best_epoch"]:
             exported_weights = {"phase": "self_critical", "epoch": scst_history["best_epoch"]}
 
+    _write_model(model, {**history, "exported_weights": exported_weights}, facts, pipeline_config,
+                 transform_output_dir, model_run_dir, serving_model_dir)
+    if tf.io.gfile.exists(scst_directory):
+        tf.io.gfile.rmtree(scst_directory)
+    return history
+
+
+class _Batches(NamedTuple):
+    """The datasets and their sizes: whole images per replica, every image's captions."""
+    train_dataset: tf.data.Dataset
+    eval_dataset: tf.data.Dataset
+    steps_per_epoch: int
+    validation_steps: int
+    images_per_batch: int
+    captions_per_image: int
+    per_replica_rows: int
+    global_rows: int
+
+
+def _batches(trainer, train_files, eval_files, max_caption_length, replicas) -> _Batches:
+    on_gpus = bool(tf.config.list_logical_devices("GPU"))
+    per_replica_rows = trainer.gpu_per_replica_batch_size if on_gpus else trainer.per_replica_batch_size
+    train_images, train_most_captions = inputs.caption_counts(train_files, max_caption_length)
+    eval_images, eval_most_captions = inputs.caption_counts(eval_files, max_caption_length)
+    captions_per_image = max(train_most_captions, eval_most_captions, 1)
+    images_per_batch = inputs.images_per_batch(per_replica_rows, captions_per_image, replicas)
+    # fit is told the exact steps of one pass over repeated datasets: left to find the end of
+    # the data itself, the replicas raced for it, and the loss Keras reported for an epoch
+    # counted the last step or not (measured: identical weights and accuracies, losses off by
+    # one step's share, so EarlyStopping could restore other weights).
+    train_dataset = inputs.make_dataset(train_files, max_caption_length, images_per_batch,
+                                        captions_per_image, shuffle=True, seed=trainer.seed,
+                                        cache=trainer.cache_dataset, repeat=True)
+    eval_dataset = inputs.make_dataset(eval_files, max_caption_length, images_per_batch,
+                                       captions_per_image, shuffle=False,
+                                       cache=trainer.cache_dataset, repeat=True)
+    return _Batches(train_dataset, eval_dataset,
+                    steps_per_epoch=max(1, math.ceil(train_images / images_per_batch)),
+                    validation_steps=max(1, math.ceil(eval_images / images_per_batch)),
+                    images_per_batch=images_per_batch, captions_per_image=captions_per_image,
+                    per_replica_rows=per_replica_rows, global_rows=per_replica_rows * replicas)
+
+
+def _write_model(model, history, facts, pipeline_config, transform_output_dir, model_run_dir,
+                 serving_model_dir) -> None:
+    """history.json and the Keras model in the run folder; the serving SavedModel with the
+    caption facts in its ``assets.extra/``."""
     tf.io.gfile.makedirs(model_run_dir)
     with tf.io.gfile.GFile(os.path.join(model_run_dir, example_format.HISTORY_FILE), "w") as stream:
-        json.dump({**history, "exported_weights": exported_weights}, stream, indent=2)
+        json.dump(history, stream, indent=2)
     model.save(os.path.join(model_run_dir, DECODER_FILE))
     export.export_saved_model(model, transform_output_dir, pipeline_config, serving_model_dir)
     extra_dir = os.path.join(serving_model_dir, export.ASSETS_EXTRA_DIR)
@@ -279,9 +312,6 @@ def _train(pipeline_config, train_files, eval_files, transform_output_dir, model
     with tf.io.gfile.GFile(os.path.join(extra_dir, example_format.FACTS_FILE), "w") as stream:
         json.dump(facts, stream, indent=2, sort_keys=True)
     logging.info("Serving SavedModel written to %s", serving_model_dir)
-    if tf.io.gfile.exists(scst_directory):
-        tf.io.gfile.rmtree(scst_directory)
-    return history
 
 
 # The self-critical phase's checkpoints (and the finished cross-entropy phase's weights) sit
