@@ -123,8 +123,10 @@ sys.exit(main())
 """
 
 
-TF1_LOADER_INPUTS = {"caption_features_beam": ["image_features", "beam_width"],
-                     "image_features": ["images"], "transform_features": ["examples"]}
+TF1_LOADER_INPUTS = {"caption_features": ["image_features"],
+                     "caption_features_beam": ["image_features", "beam_width"],
+                     "image_features": ["images"], "serving_examples": ["examples"],
+                     "transform_features": ["examples"]}
 TF1_LOADER_RUN = """
 import os, sys
 repo, model_dir, work_dir = sys.argv[1:]
@@ -190,16 +192,12 @@ def test_every_signature_runs_in_the_tf1_session_loader_as_tf_serving_loads_it(l
             ("serving_default", "images=images.npy",
              loaded.signatures["serving_default"](images=tf.constant(images))),
             ("beam_search", "images=images.npy;beam_width=beam_width.npy",
-             loaded.signatures["beam_search"](images=tf.constant(images), beam_width=tf.constant(3))),
-            ("caption_features", "image_features=image_features.npy",
-             loaded.signatures["caption_features"](image_features=image_features)),
-            ("serving_examples", "examples=examples.npy",
-             loaded.signatures["serving_examples"](examples=tf.constant(raw_records)))]:
+             loaded.signatures["beam_search"](images=tf.constant(images), beam_width=tf.constant(3)))]:
         _assert_same_captions(_saved_model_cli_run(model_dir, signature, inputs, tmp_path),
                               in_process, signature)
 
-    # The other signatures through the same loader, in one process (each saved_model_cli run
-    # pays ~13 s of start-up here).
+    # The other signatures through the same loader (loader.load + Session.run), in one process:
+    # each saved_model_cli run pays ~13 s of start-up here.
     completed = subprocess.run(
         [sys.executable, "-I", "-c", TF1_LOADER_RUN, os.path.realpath(REPO_ROOT), model_dir,
          str(tmp_path)], cwd=str(tmp_path), capture_output=True, text=True, timeout=600,
@@ -207,8 +205,12 @@ def test_every_signature_runs_in_the_tf1_session_loader_as_tf_serving_loads_it(l
     assert completed.returncode == 0, completed.stderr[-3000:]
     outputs = {signature: dict(np.load(tmp_path / f"tf1_{signature}.npz", allow_pickle=True))
                for signature in TF1_LOADER_INPUTS}
+    _assert_same_captions(outputs["caption_features"], loaded.signatures["caption_features"](
+        image_features=image_features), "caption_features")
     _assert_same_captions(outputs["caption_features_beam"], loaded.signatures["caption_features_beam"](
         image_features=image_features, beam_width=tf.constant(3)), "caption_features_beam")
+    _assert_same_captions(outputs["serving_examples"], loaded.signatures["serving_examples"](
+        examples=tf.constant(raw_records)), "serving_examples")
     np.testing.assert_allclose(outputs["image_features"]["image_features"], image_features.numpy(),
                                atol=1e-4)
     assert outputs["image_features"]["error"].tolist() == [b""] * len(real_photos) + [

@@ -5,14 +5,12 @@ import functools
 import glob
 import io
 import json
-import os
 import pathlib
 import re
 import signal
 import subprocess
 import sys
 import tempfile
-import time
 
 import keras
 import numpy as np
@@ -123,39 +121,30 @@ def test_nan_loss_stops_training_and_writes_no_model(transformed, tmp_path):
     assert not (tmp_path / "serving").exists() and not (tmp_path / "run" / run_fn.DECODER_FILE).exists()
 
 
-def test_interrupted_training_resumes_and_runs_only_the_remaining_epochs(transformed, tmp_path):
-    class Interrupt(keras.callbacks.Callback):
-        def on_epoch_end(self, epoch, logs=None):
-            if epoch == 1:
-                raise KeyboardInterrupt("simulated preemption after epoch 2")
-
-    with pytest.raises(KeyboardInterrupt):
-        _train(transformed, tmp_path, _config(), extra_callbacks=[Interrupt()])
-    history = _train(transformed, tmp_path, _config())
-    assert len(history["loss"]) == 2  # epochs 3 and 4 only
-
-
-def test_killed_training_resumes_from_backup(transformed, tmp_path):
+def test_training_killed_after_an_epoch_resumes_from_its_backup_and_runs_only_the_remaining_epochs(
+        transformed, tmp_path):
+    """A real SIGKILL (a preempted VM) right after epoch 2's backup is written: the rerun trains
+    epochs 3 and 4 only and writes the model."""
     script = (
-        "import sys, pathlib\n"
+        "import os, signal, sys, pathlib\n"
+        "import keras\n"
         "from tests import conftest\n"
         "conftest.pytest_configure(None)\n"
         "from tests.trainer.test_run_fn import _train, _config\n"
-        "_train(pathlib.Path(sys.argv[1]), pathlib.Path(sys.argv[2]), _config(epochs=6))\n")
-    job = subprocess.Popen([sys.executable, "-c", script, str(transformed), str(tmp_path)],
-                           cwd=REPO_ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.time() + 300
-    while time.time() < deadline and job.poll() is None:
-        if glob.glob(str(tmp_path / "backup" / "**" / "*.json"), recursive=True) or glob.glob(
-                str(tmp_path / "backup" / "*")):
-            time.sleep(1.0)  # let the first epoch's backup finish writing
-            break
-        time.sleep(0.2)
-    os.kill(job.pid, signal.SIGKILL)
-    job.wait()
-    assert job.returncode == -signal.SIGKILL, "training finished before it could be killed"
-    history = _train(transformed, tmp_path, _config(epochs=6))
-    assert 1 <= len(history["loss"]) < 6
+        "class KillAfterSecondEpoch(keras.callbacks.Callback):\n"
+        "    def on_epoch_end(self, epoch, logs=None):\n"
+        "        if epoch == 1:\n"
+        "            os.kill(os.getpid(), signal.SIGKILL)\n"
+        # After BackupAndRestore, the first callback: epoch 2's backup is on disk when it runs.
+        "_train(pathlib.Path(sys.argv[1]), pathlib.Path(sys.argv[2]), _config(),\n"
+        "       extra_callbacks=[KillAfterSecondEpoch()])\n")
+    job = subprocess.run([sys.executable, "-c", script, str(transformed), str(tmp_path)],
+                         cwd=REPO_ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                         timeout=600, check=False)
+    assert job.returncode == -signal.SIGKILL, "training was not killed"
+    assert glob.glob(str(tmp_path / "backup" / "*")) and not (tmp_path / "serving").exists()
+    history = _train(transformed, tmp_path, _config())
+    assert history["epoch"] == [2, 3] and len(history["loss"]) == 2  # epochs 3 and 4 only
     assert (tmp_path / "serving" / "saved_model.pb").exists()
 
 
