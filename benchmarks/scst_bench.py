@@ -24,13 +24,15 @@ WARMUP_STEPS, MEASURED_STEPS = 2, 6
 
 
 def _real_captions(data_dir: str):
+    from components.ingestion import config as ingestion_config
+
+    data = ingestion_config.DataConfig()
     captions = collections.defaultdict(list)
-    with open(os.path.join(data_dir, "Flickr8k_text", "Flickr8k.token.txt"), encoding="utf-8") as stream:
+    with open(os.path.join(data_dir, data.captions_file), encoding="utf-8") as stream:
         for line in stream:
             key, _, caption = line.rstrip("\n").partition("\t")
             captions[key.split("#")[0]].append(caption.lower().split())
-    train_list = os.path.join(data_dir, "Flickr8k_text", "Flickr_8k.trainImages.txt")
-    with open(train_list, encoding="utf-8") as stream:
+    with open(os.path.join(data_dir, data.train_split_file), encoding="utf-8") as stream:
         train = [line.strip() for line in stream if line.strip()]
     return [captions[image] for image in train if len(captions.get(image, ())) == 5]
 
