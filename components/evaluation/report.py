@@ -14,7 +14,7 @@ import html
 import io
 import json
 import os
-from typing import List, Sequence
+from typing import List, Optional, Sequence
 
 import numpy as np
 import tensorflow as tf
@@ -60,9 +60,11 @@ def attention_overlay(picture: Image.Image, weights: np.ndarray) -> Image.Image:
         (WORD_THUMBNAIL, WORD_THUMBNAIL), Image.BILINEAR)
 
 
-def _line_chart(title: str, series: dict, width: int = 520, height: int = 220) -> str:
+def _line_chart(title: str, series: dict, width: int = 520, height: int = 220,
+                boundary: Optional[int] = None, last_epoch: Optional[int] = None) -> str:
     """An inline SVG line chart of ``{label: values}`` over epochs; the legend has its own
-    column right of the plot, so no curve runs under it."""
+    column right of the plot, so no curve runs under it. ``boundary``: the step where the
+    self-critical phase starts, drawn as a dashed vertical line."""
     margin, legend_width = 40, 150
     plot_right = width - legend_width - 10
     values = [value for points in series.values() for value in points if np.isfinite(value)]
@@ -79,7 +81,14 @@ def _line_chart(title: str, series: dict, width: int = 520, height: int = 220) -
              f'<line x1="{margin}" y1="24" x2="{margin}" y2="{height - margin}" stroke="#999"/>',
              f'<text x="2" y="30" font-size="11">{high:.3g}</text>',
              f'<text x="2" y="{height - margin}" font-size="11">{low:.3g}</text>',
-             f'<text x="{plot_right - 50}" y="{height - 12}" font-size="11">epoch {epochs}</text>']
+             f'<text x="{plot_right - 50}" y="{height - 12}" font-size="11">'
+             f'epoch {last_epoch or epochs}</text>']
+    if boundary is not None:
+        x = margin + (plot_right - margin) * boundary / max(epochs - 1, 1)
+        parts.append(f'<line class="phase-boundary" x1="{x:.1f}" y1="24" x2="{x:.1f}" '
+                     f'y2="{height - margin}" stroke="#666" stroke-dasharray="4,3"/>'
+                     f'<text x="{x + 3:.1f}" y="{height - margin - 4}" font-size="11" '
+                     'fill="#666">self-critical</text>')
     for index, (label, points) in enumerate(series.items()):
         coordinates = " ".join(
             f"{margin + (plot_right - margin) * step / max(epochs - 1, 1):.1f},"
@@ -175,18 +184,31 @@ def _series(history: dict, names: Sequence[str]) -> dict:
     return {name: history[name] for name in names if name in history}
 
 
-def _self_critical_chart(history: dict) -> str:
-    """The self-critical phase per epoch, from the cross-entropy weights at epoch 0 (the phase
-    boundary) on: dev CIDEr-D and the mean reward of the train samples."""
+def _training_charts(history: dict) -> List[str]:
+    """Loss and token accuracy per epoch; with a self-critical phase, the loss and dev CIDEr-D
+    charts run over both phases, its first step (the cross-entropy weights it starts from, where
+    no loss is measured) marked by a dashed line."""
+    accuracy = _line_chart("token accuracy per epoch",
+                           _series(history, ["masked_accuracy", "val_masked_accuracy"]))
     if "dev_cider" not in history:
-        return ""
+        return [_line_chart("loss per epoch", _series(history, ["loss", "val_loss"])), accuracy]
+    cross_entropy_epochs, scst_epochs = len(history.get("loss", [])), len(history["dev_cider"])
+    before, after = [float("nan")] * (cross_entropy_epochs + 1), [float("nan")] * (scst_epochs + 1)
     exported = history.get("exported_weights") or {}
-    kept = (f"exported: {exported.get('phase', '?').replace('_', '-')} epoch {exported.get('epoch', '?')}"
+    kept = (f"; exported: {exported.get('phase', '?').replace('_', '-')} epoch {exported.get('epoch', '?')}"
             if exported else "")
-    return _line_chart(
-        f"self-critical phase (epoch 0: end of cross-entropy) {kept}",
-        {"dev CIDEr-D": [history["dev_cider_before"], *history["dev_cider"]],
-         "train sample reward": [float("nan"), *history["scst_reward"]]})
+    last_epoch = cross_entropy_epochs + scst_epochs
+    loss = _line_chart("loss per epoch (cross-entropy, then self-critical policy loss)", {
+        **{name: [*values, *after] for name, values in _series(history, ["loss", "val_loss"]).items()},
+        "self-critical loss": [*before, *history.get("scst_loss", [])]},
+        boundary=cross_entropy_epochs, last_epoch=last_epoch)
+    cider = _line_chart(f"dev CIDEr-D per epoch{kept}", {
+        # Measured each cross-entropy epoch only when trainer.select_on needs it.
+        "dev CIDEr-D": [*history.get("val_cider", [float("nan")] * cross_entropy_epochs),
+                        history["dev_cider_before"], *history["dev_cider"]],
+        "train sample reward": [*before, *history["scst_reward"]]},
+        boundary=cross_entropy_epochs, last_epoch=last_epoch)
+    return [loss, accuracy, cider]
 
 
 PAGE_SCRIPT = """<script>
@@ -233,10 +255,7 @@ def write_report(document: dict, model_run_uri: str, examples_uri: str,
         f"{html.escape(document['bless_metric'])}; other splits are reported only.</p>",
         "<h2>Metrics</h2>", _metrics_tables(document),
         "<h2>Training</h2>",
-        _line_chart("loss per epoch", _series(history, ["loss", "val_loss"])),
-        _line_chart("token accuracy per epoch",
-                    _series(history, ["masked_accuracy", "val_masked_accuracy"])),
-        _self_critical_chart(history),
+        *_training_charts(history),
         _samples(document, model_run_uri, examples_uri, pipeline_config),
         PAGE_SCRIPT, "</body></html>",
     ]

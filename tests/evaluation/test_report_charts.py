@@ -62,13 +62,38 @@ def test_the_overlap_check_finds_a_legend_drawn_on_a_line():
     assert overlaps(svg) == legend_boxes(svg)
 
 
-def test_the_self_critical_phase_chart_starts_at_the_cross_entropy_weights_and_names_the_export():
-    history = {"loss": [2.0, 1.0], "dev_cider_before": 1.5, "dev_cider": [1.7, 1.6],
-               "scst_reward": [1.2, 1.4], "exported_weights": {"phase": "self_critical", "epoch": 1}}
-    svg = report._self_critical_chart(history)
-    assert "epoch 0: end of cross-entropy" in svg and "exported: self-critical epoch 1" in svg
-    dev, reward = polylines(svg)
-    assert len(dev) == 3 and len(reward) == 2  # the reward has no point at the boundary
-    assert dev[0][0] < reward[0][0] == dev[1][0]
-    assert overlaps(svg) == []
-    assert report._self_critical_chart({"loss": [1.0]}) == ""  # no phase, no chart
+def boundaries(svg):
+    return [float(x) for x in re.findall(r'<line class="phase-boundary" x1="([\d.]+)"', svg)]
+
+
+def test_with_a_self_critical_phase_loss_and_dev_cider_run_over_both_phases_with_the_boundary_marked():
+    """3 cross-entropy epochs (dev CIDEr measured each, as trainer.select_on=dev_cider does), the
+    cross-entropy weights the phase starts from, then 2 self-critical epochs."""
+    history = {"loss": [3.0, 2.0, 1.5], "val_loss": [3.1, 2.2, 1.8], "masked_accuracy": [0.2, 0.4, 0.5],
+               "val_cider": [0.5, 1.0, 1.4], "dev_cider_before": 1.5, "dev_cider": [1.7, 1.6],
+               "scst_loss": [-0.05, 0.02], "scst_reward": [1.2, 1.4],
+               "exported_weights": {"phase": "self_critical", "epoch": 1}}
+    loss, accuracy, cider = report._training_charts(history)
+    assert "exported: self-critical epoch 1" in cider and "epoch 5</text>" in cider
+    train_loss, dev_loss, scst_loss = polylines(loss)
+    (boundary,) = boundaries(loss)
+    assert boundaries(cider) == [boundary] and boundaries(accuracy) == []
+    # Cross-entropy losses left of the boundary, the policy loss right of it.
+    assert len(train_loss) == len(dev_loss) == 3 and len(scst_loss) == 2
+    assert max(x for x, _ in train_loss + dev_loss) < boundary < min(x for x, _ in scst_loss)
+    dev, reward = polylines(cider)
+    # Dev CIDEr-D at each cross-entropy epoch, on the boundary (the weights the phase starts
+    # from) and each self-critical epoch; the reward only where samples were drawn.
+    assert len(dev) == 6 and dev[3][0] == boundary and len(reward) == 2 and reward[0][0] > boundary
+    assert overlaps(loss) == overlaps(cider) == []
+    # Without select_on=dev_cider the cross-entropy epochs have no dev CIDEr-D: the curve starts
+    # at the boundary.
+    without = {key: value for key, value in history.items() if key != "val_cider"}
+    dev, _ = polylines(report._training_charts(without)[2])
+    assert len(dev) == 3 and dev[0][0] == boundary
+
+
+def test_without_a_self_critical_phase_the_charts_are_loss_and_accuracy_only():
+    charts = report._training_charts({"loss": [2.0, 1.0], "val_loss": [2.1, 1.2],
+                                      "masked_accuracy": [0.3, 0.5]})
+    assert len(charts) == 2 and not any(boundaries(chart) for chart in charts)
