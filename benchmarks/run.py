@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging as std_logging
 import os
 import sys
 import time
@@ -17,6 +18,7 @@ import time
 from absl import logging
 
 from components import config as config_lib
+from components import quiet_startup
 from components.ingestion.formats import flickr8k
 
 SAMPLE_TEXT_DIR = os.path.join(os.path.dirname(__file__), "..", "..", "shared", "data",
@@ -55,8 +57,12 @@ def bench_reader(data_dir: str) -> dict:
     }
 
 
+def _announce(name: str) -> None:
+    """A benchmark takes seconds to minutes: say which one runs (results come at the end)."""
+    print(f"running the {name} benchmark", flush=True)
+
+
 def main(argv=None) -> int:
-    logging.set_verbosity(logging.INFO)
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--output_dir", default="outputs/bench")
     parser.add_argument("--data_dir", default=SAMPLE_TEXT_DIR,
@@ -65,18 +71,32 @@ def main(argv=None) -> int:
                         choices=("reader", "dataset_scale", "ingestion", "vocabulary", "trainer", "scst",
                                  "export"),
                         help="run only these benchmarks (repeatable)")
+    parser.add_argument("--verbose", action="store_true",
+                        help="keep TensorFlow's start-up lines, INFO logs and Beam's warnings")
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)
+    if args.verbose:
+        logging.set_verbosity(logging.INFO)
+    else:  # before any benchmark imports TensorFlow: its start-up lines silenced at the source
+        quiet_startup.quiet()
+        # The libraries' warnings about how a benchmark drives them (tf.Transform on instance
+        # dicts, tables in tf.functions, Beam without python-snappy) are not results.
+        logging.set_verbosity(logging.ERROR)
+        for logger in ("apache_beam", "tensorflow"):
+            std_logging.getLogger(logger).setLevel(std_logging.ERROR)
     results = []
     if "ingestion" in args.only or not args.only:
+        _announce("ingestion")
         from benchmarks.ingestion_bench import bench_ingestion
 
         results.append(bench_ingestion())
     if "trainer" in args.only or not args.only:
+        _announce("trainer")
         from benchmarks.trainer_bench import bench_trainer
 
         results.append(bench_trainer())
     real_data = os.path.isdir(args.data_dir)
     if "scst" in args.only or not args.only:
+        _announce("self-critical")
         from benchmarks.scst_bench import bench_reward, bench_step
 
         if real_data:
@@ -85,8 +105,10 @@ def main(argv=None) -> int:
     if not real_data:
         print(f"reader, vocabulary and export benchmarks skipped: no Flickr8k text files at {args.data_dir}")
     if ("reader" in args.only or not args.only) and real_data:
+        _announce("reader")
         results.append(bench_reader(args.data_dir))
     if "dataset_scale" in args.only or not args.only:
+        _announce("dataset scale")
         from benchmarks.dataset_scale_bench import bench_dataset_scale
 
         results.append(bench_dataset_scale())
@@ -96,10 +118,12 @@ def main(argv=None) -> int:
 
             results.append(coco_ingestion_projection(ingestion))
     if ("vocabulary" in args.only or not args.only) and real_data:
+        _announce("vocabulary")
         from benchmarks.vocabulary_bench import analyze_real_captions
 
         results.append(analyze_real_captions(args.data_dir))
     if ("export" in args.only or not args.only) and real_data:
+        _announce("export")
         from benchmarks.export_bench import bench_export
 
         results.append(bench_export(args.data_dir))
@@ -118,4 +142,10 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_status = main()
+    # As pipeline.ingest: the ingestion benchmark's RunInference keeps ResNet50 alive to
+    # interpreter teardown, where TensorFlow's AtomicFunction.__del__ prints tracebacks; the
+    # results are written and the files closed, so the teardown is skipped.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(exit_status)
