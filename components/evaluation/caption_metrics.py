@@ -82,7 +82,9 @@ def score_tokenized(references: Mapping[str, List[str]], candidates: Mapping[str
 
 @contextlib.contextmanager
 def running_meteor():
-    """One METEOR 1.5 JVM for several scorings; killed on exit."""
+    """One METEOR 1.5 JVM for several scorings; killed on exit. The JVM loads its paraphrase
+    tables for ~10 s after it starts, in the background until the first scoring: start it
+    before other work."""
     from pycocoevalcap.meteor.meteor import Meteor
 
     check_java()
@@ -95,16 +97,18 @@ def running_meteor():
 
 
 def score_many(references: Mapping[str, List[str]], candidate_sets: Mapping[str, Mapping[str, str]],
-               with_meteor: bool = True) -> Dict[str, Dict[str, float]]:
+               with_meteor: bool = True, meteor=None) -> Dict[str, Dict[str, float]]:
     """Metrics of several candidate sets (``{name: {id: caption}}``) against the same raw
-    references, with one tokenizer run and one METEOR process."""
+    references, with one tokenizer run and one METEOR process (``meteor``, a running scorer
+    from :func:`running_meteor`, or one started here)."""
     tokenized = tokenize({
         **{f"ref/{key}": list(values) for key, values in references.items()},
         **{f"cand/{name}/{key}": [caption] for name, candidates in candidate_sets.items()
            for key, caption in candidates.items()}})
     tokenized_references = {key: tokenized[f"ref/{key}"] for key in references}
     with contextlib.ExitStack() as stack:
-        meteor = stack.enter_context(running_meteor()) if with_meteor else None
+        if with_meteor and meteor is None:
+            meteor = stack.enter_context(running_meteor())
         return {name: score_tokenized(
             tokenized_references, {key: tokenized[f"cand/{name}/{key}"] for key in candidates},
             with_meteor, meteor) for name, candidates in candidate_sets.items()}

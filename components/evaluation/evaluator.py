@@ -26,6 +26,7 @@ Outputs: ``evaluation/metrics.json`` and ``evaluation/report.html``; the
 """
 
 import collections
+import contextlib
 import json
 import math
 import os
@@ -62,8 +63,17 @@ def most_frequent_caption(examples_dir: str) -> str:
 
 
 def evaluate_model(saved_model, examples_dir: str, settings: config_lib.EvaluationConfig,
-                   baseline_saved_model=None) -> dict:
-    """Metrics per split for the model, the baselines and (bless split) the latest blessed model."""
+                   baseline_saved_model=None, meteor=None) -> dict:
+    """Metrics per split for the model, the baselines and (bless split) the latest blessed model.
+    ``meteor``: a running METEOR scorer (``caption_metrics.running_meteor``) for every split, or
+    one is started here, before the splits decode, so its JVM loads meanwhile."""
+    with contextlib.ExitStack() as stack:
+        if settings.with_meteor and meteor is None:
+            meteor = stack.enter_context(caption_metrics.running_meteor())
+        return _evaluate_splits(saved_model, examples_dir, settings, baseline_saved_model, meteor)
+
+
+def _evaluate_splits(saved_model, examples_dir, settings, baseline_saved_model, meteor) -> dict:
     frequent = most_frequent_caption(examples_dir)
     splits = {}
     for split in settings.splits:
@@ -82,7 +92,7 @@ def evaluate_model(saved_model, examples_dir: str, settings: config_lib.Evaluati
             candidate_sets[BASELINE_MODEL_ROW] = {row.image_id: row.caption for row in baseline_rows}
         del records  # the split's feature maps; only captions are kept
         metrics = caption_metrics.score_many({row.image_id: row.references for row in beam},
-                                             candidate_sets, settings.with_meteor)
+                                             candidate_sets, settings.with_meteor, meteor)
         splits[split] = {
             "images": len(beam),
             "metrics": metrics,
@@ -167,9 +177,12 @@ def run_evaluation(examples_uri: str, model_uri: str, model_run_uri: str, evalua
 
     settings = pipeline_config.evaluation
     caption_metrics.check_java()
-    saved_model = tf.saved_model.load(model_uri)
-    baseline = tf.saved_model.load(baseline_model_uri) if baseline_model_uri else None
-    splits = evaluate_model(saved_model, examples_uri, settings, baseline)
+    with contextlib.ExitStack() as stack:
+        # Started first: METEOR's JVM loads (~10 s) while the models load and the splits decode.
+        meteor = stack.enter_context(caption_metrics.running_meteor()) if settings.with_meteor else None
+        saved_model = tf.saved_model.load(model_uri)
+        baseline = tf.saved_model.load(baseline_model_uri) if baseline_model_uri else None
+        splits = evaluate_model(saved_model, examples_uri, settings, baseline, meteor)
     blessed, reasons = blessing_decision(splits, settings, evaluated_again)
     document = {"blessed": blessed, "reasons": reasons, "bless_split": settings.bless_split,
                 "bless_metric": settings.bless_metric, "beam_width": settings.beam_width,

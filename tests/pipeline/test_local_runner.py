@@ -204,11 +204,11 @@ def test_pipeline_caches_resumes_after_a_failure_and_matches_the_standalone_job(
     # One field of each section in turn (the others as in the first run): exactly the stages
     # that read it and what follows them execute, counted in ML Metadata
     # (tests/pipeline/test_pipeline.py shows which exec properties each field reaches).
-    # (export.* reaches the Trainer as trainer.* does: test_pipeline.py shows its exec properties.)
     after_transform = ["Trainer", "CaptionEvaluator", "Pusher"]
     for field, executed in [
             ("evaluation.beam_width=2", ["CaptionEvaluator", "Pusher"]),
             ("trainer.epochs=3", after_transform),
+            ("export.beam_length_alpha=0.6", after_transform),
             ("transform.vocab_frequency_threshold=2", ["Transform", *after_transform]),
             ("features.max_image_pixels=30000000",
              [name for name in COMPONENTS
@@ -266,7 +266,7 @@ def test_pipeline_caches_resumes_after_a_failure_and_matches_the_standalone_job(
     assert "CaptionEvaluator" not in failed and "Pusher" not in failed
     # The failed execution published no model: the LIVE ones are those of the earlier runs.
     assert _live_models(tmp_path) == live_models_before
-    assert live_models_before >= 4  # runs 1, trainer, transform, features
+    assert live_models_before >= 5  # runs 1, trainer, export, transform, features
     monkeypatch.undo()
 
     # The rerun executes the failed Trainer and what follows; everything before is cached.
