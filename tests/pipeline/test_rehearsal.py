@@ -167,7 +167,11 @@ def test_make_pipeline_rehearse_runs_the_compiled_pipeline_twice_and_the_second_
                     if name.isdigit())
     assert pushed, "the blessed model of the first run was not pushed"
     assert "Rehearsal passed: 2 runs" in output
-    assert "Traceback" not in completed.stderr, completed.stderr
+    # As quiet as make pipeline-local (each task's own output goes to its log file): only the
+    # compile's warning about the data, once per run, as make pipeline-compile prints it.
+    warnings = completed.stderr.strip().splitlines()
+    assert len(warnings) == 2 and all("Data fingerprint not computed" in line for line in warnings), (
+        completed.stderr[-3000:])
 
 
 def test_an_importer_registers_its_constant_uri_as_a_new_artifact(tmp_path):
