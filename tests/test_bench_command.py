@@ -2,20 +2,17 @@
 holds nothing, with TensorFlow, Beam and tf.Transform loaded by the benchmark it runs."""
 
 import json
-import subprocess
-import sys
 
 import pytest
 
 from components.ingestion import demo_data
-from tests.paths import REPO_ROOT
+from tests.commands import run_module
 
 pytestmark = pytest.mark.slow
 
 
 def _bench(*arguments):
-    return subprocess.run([sys.executable, "-m", "benchmarks.run", *arguments], cwd=REPO_ROOT,
-                          capture_output=True, text=True, timeout=600, check=False)
+    return run_module("benchmarks.run", *arguments)
 
 
 def test_help_and_a_benchmark_that_loads_tensorflow_print_nothing_on_stderr(tmp_path):

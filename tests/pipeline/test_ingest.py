@@ -2,20 +2,17 @@
 success and one line naming the file on a missing dataset file."""
 
 import json
-import subprocess
-import sys
 
 import pytest
 
 from components.ingestion import demo_data
-from tests.paths import REPO_ROOT
+from tests.commands import run_module
 
 pytestmark = pytest.mark.slow
 
 
 def _ingest(*arguments):
-    return subprocess.run([sys.executable, "-m", "pipeline.ingest", *arguments], cwd=REPO_ROOT,
-                          capture_output=True, text=True, timeout=600, check=False)
+    return run_module("pipeline.ingest", *arguments)
 
 
 def test_help_is_instant_and_a_job_prints_only_its_summary(tmp_path):
