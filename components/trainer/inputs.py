@@ -177,8 +177,10 @@ def make_dataset(file_patterns: List[str], max_caption_length: int, images_per_b
     compression = "GZIP" if all(path.endswith(".gz") for path in files) else ""
     images = tf.data.TFRecordDataset(files, compression_type=compression,
                                      num_parallel_reads=tf.data.AUTOTUNE)
+    # In file order even when shuffled: the seeded shuffle (and the cache the later epochs read)
+    # then sees the same order each run, so trainer.seed alone fixes the batches.
     images = images.map(lambda serialized: parse_image_example(serialized, max_caption_length),
-                        num_parallel_calls=tf.data.AUTOTUNE, deterministic=not shuffle)
+                        num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
     if cache:
         images = images.cache()
     if shuffle:

@@ -148,6 +148,34 @@ def test_training_killed_after_an_epoch_resumes_from_its_backup_and_runs_only_th
     assert (tmp_path / "serving" / "saved_model.pb").exists()
 
 
+def test_the_shuffled_batches_are_a_function_of_the_seed_alone(transformed):
+    """trainer.seed fixes the order of the training batches: no parallel map in the input
+    pipeline hands its elements on in completion order (which the seeded shuffle, and the cache
+    every later epoch reads, would then inherit), and two datasets with one seed give the same
+    batches over two passes, another seed other batches."""
+    facts = json.loads(tf.io.read_file(str(
+        transformed / "transform_graph" / "transform_fn" / "assets" / "caption_facts.json")).numpy())
+    files = [str(transformed / "Split-train" / "*")]
+
+    def dataset(seed):
+        return inputs.make_dataset(files, facts["max_caption_length"], 4, 5, shuffle=True,
+                                   seed=seed, repeat=True)
+
+    graph = tf.compat.v1.GraphDef.FromString(dataset(7)._as_serialized_graph().numpy())
+    parallel_maps = [node for node in graph.node if node.op.startswith("ParallelMapDataset")]
+    assert len(parallel_maps) >= 4
+    assert all(node.attr["deterministic"].s in (b"true", b"default") for node in parallel_maps), [
+        (node.name, node.attr["deterministic"].s) for node in parallel_maps]
+
+    def first_feature_of_each_image(seed):  # two passes of 48 images, 4 per batch
+        return np.concatenate([batch[0]["image_features"].numpy()[:, 0, :8]
+                               for batch in dataset(seed).take(24)])
+
+    first = first_feature_of_each_image(7)
+    np.testing.assert_array_equal(first, first_feature_of_each_image(7))
+    assert not np.array_equal(first, first_feature_of_each_image(8))
+
+
 def test_batches_that_do_not_split_evenly_over_the_replicas(transformed, tmp_path):
     """One dev image (5 captions) over 2 replicas: the batch is filled to 2 images, one per
     replica, and every caption is still evaluated."""
