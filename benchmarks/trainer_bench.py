@@ -78,6 +78,36 @@ def _build_ours(captions_per_image=None):
     return model, lambda features, ids: {"image_features": features, "input_ids": ids}, OUR_VOCABULARY
 
 
+def training_flops_per_caption(trainer, vocabulary_size: int, input_tokens: int,
+                               captions_per_image: int, embedding_dim: int = 300) -> dict:
+    """Floating-point operations of one caption's train step, counted from the layer shapes
+    (a multiply-add is 2): the image encoder once per image, shared by its captions; per input
+    token the first LSTM, the attention (its key and value projections of the 49 image
+    positions once per caption row), the second LSTM and the logits. Training is taken as 3x
+    the forward pass (the backward pass ~2x), the usual estimate; element-wise ops, the loss and
+    the optimizer are left out. TensorFlow's graph profiler cannot count this: it counts a
+    while-loop body (the LSTMs' time loop on CPU) once, not once per token."""
+    positions, depth = 49, 2048
+    encoder, width = 0, depth
+    for units in trainer.image_dense_units:
+        encoder += 2 * positions * width * units
+        width = units
+    attention_width = trainer.attention_heads * trainer.attention_key_dim
+    first, second = trainer.lstm_units, trainer.second_lstm_units
+    per_token = {
+        "caption_lstm": 2 * 4 * first * (embedding_dim + first),
+        "attention": (2 * first * attention_width  # query projection
+                      + 2 * 2 * positions * attention_width  # scores and weighted sum
+                      + 2 * attention_width * first),  # output projection
+        "decoder_lstm": 2 * 4 * second * (first + second),
+        "logits": 2 * second * vocabulary_size,
+    }
+    forward = (encoder / captions_per_image + 2 * 2 * positions * width * attention_width
+               + input_tokens * sum(per_token.values()))
+    return {"forward_flops": forward, "training_flops": 3 * forward,
+            "encoder_flops_per_image": encoder, "flops_per_token": per_token}
+
+
 # variant → (builder, images per step, captions per image; caption-major repeats the features)
 VARIANTS = {
     "original": (_build_original, BATCH, 1),
@@ -166,6 +196,19 @@ def _in_process(argument: str) -> dict:
     return json.loads(completed.stdout.strip().splitlines()[-1])
 
 
+def _achieved_flops(image_major: dict, image_major_bf16: dict) -> dict:
+    """The image-major step's counted work per caption and the rate the CPU ran it at."""
+    from components import config as config_lib
+
+    counted = training_flops_per_caption(config_lib.TrainerConfig(), OUR_VOCABULARY, LENGTH,
+                                         CAPTIONS_PER_IMAGE)
+    gflops = counted["training_flops"] / 1e9
+    return {"training_gflops_per_caption": round(gflops, 3),
+            "achieved_gflops_per_s_float32": round(gflops / (image_major["ms_per_caption"] / 1000), 1),
+            "achieved_gflops_per_s_bfloat16": round(
+                gflops / (image_major_bf16["ms_per_caption"] / 1000), 1)}
+
+
 def bench_trainer() -> dict:
     results = {variant: _in_process(variant) for variant in VARIANTS}
     fit_one, fit_many = (_in_process(f"fit:{steps}") for steps in (1, STEPS_PER_EXECUTION_MEASURED))
@@ -190,6 +233,7 @@ def bench_trainer() -> dict:
         "our_non_finite_losses": sum(row["non_finite_losses"] for name, row in results.items()
                                      if name != "original"),
         "fit_rows": [fit_one, fit_many],
+        **_achieved_flops(image_major, image_major_bf16),
         "steps_per_execution_speedup": round(fit_one["ms_per_caption"] / fit_many["ms_per_caption"], 3),
     }
 

@@ -1,0 +1,98 @@
+"""Which epoch should the Trainer keep? ``trainer.select_on`` rules side by side over seeds.
+
+Runs on the outputs of a finished ``make pipeline-local`` (its ingested examples and Transform
+output, found in ML Metadata), the Trainer's own ``run_fn.train`` per seed and rule, the rest of
+the config as shipped (early stopping's patience and start, no SCST):
+
+- ``dev_loss``: early stopping watches dev loss and keeps its best epoch (the default);
+- ``dev_bleu4`` / ``dev_cider``: the dev images are captioned greedily after every epoch and
+  early stopping watches their BLEU-4 / CIDEr-D instead;
+
+and scores each kept model with the evaluator's ``evaluate_model`` (beam search as the pipeline;
+no METEOR), dev and test, with the training's seconds::
+
+    make pipeline-local OUTPUT_DIR=/tmp/demo
+    .venv/bin/python -m benchmarks.selection_seeds --output_dir /tmp/demo --seeds 1 2 3 4
+"""
+
+import argparse
+import dataclasses
+import json
+import os
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+RULES = ("dev_loss", "dev_bleu4", "dev_cider")
+SCORES = ("dev_BLEU-4", "dev_CIDEr", "test_BLEU-4", "test_CIDEr")
+
+
+def _exported_weights(model_run_dir: str) -> dict:
+    """The phase and 1-based epoch of the weights the Trainer exported (its history file)."""
+    from components import example_format
+
+    with open(os.path.join(model_run_dir, example_format.HISTORY_FILE), encoding="utf-8") as stream:
+        return json.load(stream)["exported_weights"]
+
+
+def measure(output_dir: str, seed: int, rule: str, work_dir: str) -> dict:
+    import tensorflow as tf
+
+    from components import config as config_lib
+    from components.evaluation import evaluator
+    from components.trainer import run_fn
+    from pipeline import run_outputs
+
+    examples = run_outputs.latest_artifact_uri(output_dir, "Examples", "Flickr8kExampleGen")
+    transform_graph = run_outputs.latest_artifact_uri(output_dir, "TransformGraph", "Transform")
+    transformed = run_outputs.latest_artifact_uri(output_dir, "Examples", "Transform")
+    if not (examples and transform_graph and transformed):
+        raise SystemExit(f"No finished make pipeline-local under {output_dir}.")
+    base = config_lib.PipelineConfig()
+    config = dataclasses.replace(base, trainer=dataclasses.replace(
+        base.trainer, seed=seed, select_on=rule))
+    started = time.monotonic()
+    history = run_fn.train(config, [os.path.join(transformed, "Split-train", "*")],
+                           [os.path.join(transformed, "Split-dev", "*")], transform_graph,
+                           os.path.join(work_dir, "run"), os.path.join(work_dir, "serving"),
+                           os.path.join(work_dir, "backup"))
+    train_s = time.monotonic() - started
+    settings = dataclasses.replace(base.evaluation, with_meteor=False, splits=("dev", "test"))
+    splits = evaluator.evaluate_model(tf.saved_model.load(os.path.join(work_dir, "serving")),
+                                      examples, settings)
+    return {"seed": seed, "rule": rule, "epochs": len(history["loss"]),
+            "kept_epoch": _exported_weights(os.path.join(work_dir, "run"))["epoch"],
+            "train_s": round(train_s, 1),
+            **{f"{split}_{metric}": round(splits[split]["metrics"][evaluator.MODEL_ROW][metric], 4)
+               for split in ("dev", "test") for metric in ("BLEU-4", "CIDEr")}}
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.selection_seeds", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--output_dir", required=True, help="a finished make pipeline-local's OUTPUT_DIR")
+    parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3, 4])
+    parser.add_argument("--rules", nargs="+", choices=RULES, default=list(RULES))
+    parser.add_argument("--results", default="outputs/bench/selection_seeds.json")
+    args = parser.parse_args(sys.argv[1:] if argv is None else argv)
+    results = []
+    for seed in args.seeds:
+        for rule in args.rules:  # the rules of one seed next to each other in time
+            with tempfile.TemporaryDirectory() as work_dir:
+                results.append(measure(args.output_dir, seed, rule, work_dir))
+            print(json.dumps(results[-1]), flush=True)
+    summary = {rule: {key: round(float(np.mean([result[key] for result in results
+                                                 if result["rule"] == rule])), 4)
+                      for key in (*SCORES, "epochs", "kept_epoch", "train_s")}
+               for rule in args.rules}
+    print(json.dumps({"mean_over_seeds": summary, "seeds": args.seeds}, indent=1))
+    os.makedirs(os.path.dirname(args.results) or ".", exist_ok=True)
+    with open(args.results, "w", encoding="utf-8") as stream:
+        json.dump({"runs": results, "mean_over_seeds": summary}, stream, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
