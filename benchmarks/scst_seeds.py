@@ -16,7 +16,6 @@ evaluator's ``evaluate_model`` (beam search as the pipeline; no METEOR), dev and
     .venv/bin/python -m benchmarks.scst_seeds --output_dir /tmp/demo --seeds 1 2 3 4
 """
 
-import argparse
 import dataclasses
 import json
 import os
@@ -25,6 +24,8 @@ import tempfile
 import time
 
 import numpy as np
+
+from benchmarks import demo_runs
 
 
 def _cross_entropy_history(history: dict) -> dict:
@@ -38,18 +39,11 @@ def measure_seed(output_dir: str, seed: int, scst_epochs: int, work_dir: str) ->
     import tensorflow as tf
 
     from components import config as config_lib
-    from components.evaluation import evaluator
     from components.trainer import export, run_fn
     from components.trainer import model as model_lib
-    from pipeline import run_outputs
 
-    examples = run_outputs.latest_artifact_uri(output_dir, "Examples", "Flickr8kExampleGen")
-    transform_graph = run_outputs.latest_artifact_uri(output_dir, "TransformGraph", "Transform")
-    transformed = run_outputs.latest_artifact_uri(output_dir, "Examples", "Transform")
-    if not (examples and transform_graph and transformed):
-        raise SystemExit(f"No finished make pipeline-local under {output_dir}.")
+    examples, transform_graph, transformed = demo_runs.demo_run(output_dir)
     base = config_lib.PipelineConfig()
-    settings = dataclasses.replace(base.evaluation, with_meteor=False, splits=("dev", "test"))
 
     class KeepCrossEntropyWeights(keras.callbacks.Callback):
         weights = None
@@ -71,9 +65,7 @@ def measure_seed(output_dir: str, seed: int, scst_epochs: int, work_dir: str) ->
         return out, history, time.monotonic() - started
 
     def scores(serving_dir: str) -> dict:
-        splits = evaluator.evaluate_model(tf.saved_model.load(serving_dir), examples, settings)
-        return {f"{split}_{metric}": round(splits[split]["metrics"][evaluator.MODEL_ROW][metric], 4)
-                for split in ("dev", "test") for metric in ("BLEU-4", "CIDEr")}
+        return demo_runs.model_scores(serving_dir, examples, base.evaluation)
 
     greedy_dir, greedy_history, greedy_s = train("greedy", "greedy", [KeepCrossEntropyWeights()])
     cross_entropy = keras.saving.load_model(os.path.join(greedy_dir, "run", run_fn.DECODER_FILE))
@@ -109,12 +101,8 @@ def measure_seed(output_dir: str, seed: int, scst_epochs: int, work_dir: str) ->
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.scst_seeds", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--output_dir", required=True, help="a finished make pipeline-local's OUTPUT_DIR")
-    parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3, 4])
+    parser = demo_runs.argument_parser("python -m benchmarks.scst_seeds", __doc__, "scst_seeds.json")
     parser.add_argument("--scst_epochs", type=int, default=5)
-    parser.add_argument("--results", default="outputs/bench/scst_seeds.json")
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)
     results = []
     for seed in args.seeds:
@@ -125,9 +113,7 @@ def main(argv=None) -> int:
                      for metric in ("dev_BLEU-4", "dev_CIDEr", "test_BLEU-4", "test_CIDEr")}
                for row in ("cross_entropy", "scst_greedy", "scst_sample_mean")}
     print(json.dumps({"mean_over_seeds": summary, "seeds": args.seeds}, indent=1))
-    os.makedirs(os.path.dirname(args.results) or ".", exist_ok=True)
-    with open(args.results, "w", encoding="utf-8") as stream:
-        json.dump({"runs": results, "mean_over_seeds": summary}, stream, indent=1)
+    demo_runs.write_results(args.results, {"runs": results, "mean_over_seeds": summary})
     return 0
 
 

@@ -15,7 +15,6 @@ no METEOR), dev and test, with the training's seconds::
     .venv/bin/python -m benchmarks.selection_seeds --output_dir /tmp/demo --seeds 1 2 3 4
 """
 
-import argparse
 import dataclasses
 import json
 import os
@@ -24,6 +23,8 @@ import tempfile
 import time
 
 import numpy as np
+
+from benchmarks import demo_runs
 
 RULES = ("dev_loss", "dev_bleu4", "dev_cider")
 SCORES = ("dev_BLEU-4", "dev_CIDEr", "test_BLEU-4", "test_CIDEr")
@@ -38,18 +39,10 @@ def _exported_weights(model_run_dir: str) -> dict:
 
 
 def measure(output_dir: str, seed: int, rule: str, work_dir: str) -> dict:
-    import tensorflow as tf
-
     from components import config as config_lib
-    from components.evaluation import evaluator
     from components.trainer import run_fn
-    from pipeline import run_outputs
 
-    examples = run_outputs.latest_artifact_uri(output_dir, "Examples", "Flickr8kExampleGen")
-    transform_graph = run_outputs.latest_artifact_uri(output_dir, "TransformGraph", "Transform")
-    transformed = run_outputs.latest_artifact_uri(output_dir, "Examples", "Transform")
-    if not (examples and transform_graph and transformed):
-        raise SystemExit(f"No finished make pipeline-local under {output_dir}.")
+    examples, transform_graph, transformed = demo_runs.demo_run(output_dir)
     base = config_lib.PipelineConfig()
     config = dataclasses.replace(base, trainer=dataclasses.replace(
         base.trainer, seed=seed, select_on=rule))
@@ -59,23 +52,16 @@ def measure(output_dir: str, seed: int, rule: str, work_dir: str) -> dict:
                            os.path.join(work_dir, "run"), os.path.join(work_dir, "serving"),
                            os.path.join(work_dir, "backup"))
     train_s = time.monotonic() - started
-    settings = dataclasses.replace(base.evaluation, with_meteor=False, splits=("dev", "test"))
-    splits = evaluator.evaluate_model(tf.saved_model.load(os.path.join(work_dir, "serving")),
-                                      examples, settings)
     return {"seed": seed, "rule": rule, "epochs": len(history["loss"]),
             "kept_epoch": _exported_weights(os.path.join(work_dir, "run"))["epoch"],
             "train_s": round(train_s, 1),
-            **{f"{split}_{metric}": round(splits[split]["metrics"][evaluator.MODEL_ROW][metric], 4)
-               for split in ("dev", "test") for metric in ("BLEU-4", "CIDEr")}}
+            **demo_runs.model_scores(os.path.join(work_dir, "serving"), examples, base.evaluation)}
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.selection_seeds", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--output_dir", required=True, help="a finished make pipeline-local's OUTPUT_DIR")
-    parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3, 4])
+    parser = demo_runs.argument_parser("python -m benchmarks.selection_seeds", __doc__,
+                                       "selection_seeds.json")
     parser.add_argument("--rules", nargs="+", choices=RULES, default=list(RULES))
-    parser.add_argument("--results", default="outputs/bench/selection_seeds.json")
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)
     results = []
     for seed in args.seeds:
@@ -88,9 +74,7 @@ def main(argv=None) -> int:
                       for key in (*SCORES, "epochs", "kept_epoch", "train_s")}
                for rule in args.rules}
     print(json.dumps({"mean_over_seeds": summary, "seeds": args.seeds}, indent=1))
-    os.makedirs(os.path.dirname(args.results) or ".", exist_ok=True)
-    with open(args.results, "w", encoding="utf-8") as stream:
-        json.dump({"runs": results, "mean_over_seeds": summary}, stream, indent=1)
+    demo_runs.write_results(args.results, {"runs": results, "mean_over_seeds": summary})
     return 0
 
 
