@@ -61,11 +61,9 @@ GCS_SCHEME = "gs://"
 # The Vertex AI Trainer's executor: its CustomJob is run locally by pipeline.rehearsal_custom_job.
 VERTEX_TRAINER_EXECUTOR = "tfx.extensions.google_cloud_ai_platform.trainer.executor"
 # A tiny demo that trains, evaluates and is blessed honestly (the default blessing rules) in a
-# few minutes on 2 cores, the same way each time. Measured (2026-12-07, 6 seeds, these images):
-# 40 images (4 dev) and a 32-unit decoder were blessed on 3 of 4 seeds (one dev caption set
-# with no 4-gram in common with the references is BLEU-4 0); 60 images (15 dev) and this decoder,
-# dev BLEU-4 0.34-0.59 on 5 of 6 seeds (0.515 on seed 42, bit-identical twice with
-# trainer.deterministic) against the most frequent train caption's 0.264.
+# few minutes on 2 cores, the same way each time: enough dev images that one caption set cannot
+# decide BLEU-4, and op determinism (why these sizes, measured over seeds: README "Dress
+# rehearsal").
 DEMO_SETTINGS = {
     "data.demo_num_images": "60",
     "data.demo_seed": "8",
