@@ -3,6 +3,9 @@ finished ``make pipeline-local`` they train on, and a trained model's dev and te
 
 from typing import NamedTuple
 
+# The keys of model_scores, in its order.
+SCORES = ("dev_BLEU-4", "dev_CIDEr", "test_BLEU-4", "test_CIDEr")
+
 
 class DemoRun(NamedTuple):
     examples: str  # the ingested examples (the evaluator reads their captions)

@@ -110,7 +110,7 @@ def main(argv=None) -> int:
             results.append(measure_seed(args.output_dir, seed, args.scst_epochs, work_dir))
         print(json.dumps(results[-1]), flush=True)
     summary = {row: {metric: round(float(np.mean([result[row][metric] for result in results])), 4)
-                     for metric in ("dev_BLEU-4", "dev_CIDEr", "test_BLEU-4", "test_CIDEr")}
+                     for metric in demo_runs.SCORES}
                for row in ("cross_entropy", "scst_greedy", "scst_sample_mean")}
     print(json.dumps({"mean_over_seeds": summary, "seeds": args.seeds}, indent=1))
     demo_runs.write_results(args.results, {"runs": results, "mean_over_seeds": summary})

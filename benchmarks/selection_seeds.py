@@ -27,7 +27,6 @@ import numpy as np
 from benchmarks import demo_runs
 
 RULES = ("dev_loss", "dev_bleu4", "dev_cider")
-SCORES = ("dev_BLEU-4", "dev_CIDEr", "test_BLEU-4", "test_CIDEr")
 
 
 def _exported_weights(model_run_dir: str) -> dict:
@@ -71,7 +70,7 @@ def main(argv=None) -> int:
             print(json.dumps(results[-1]), flush=True)
     summary = {rule: {key: round(float(np.mean([result[key] for result in results
                                                  if result["rule"] == rule])), 4)
-                      for key in (*SCORES, "epochs", "kept_epoch", "train_s")}
+                      for key in (*demo_runs.SCORES, "epochs", "kept_epoch", "train_s")}
                for rule in args.rules}
     print(json.dumps({"mean_over_seeds": summary, "seeds": args.seeds}, indent=1))
     demo_runs.write_results(args.results, {"runs": results, "mean_over_seeds": summary})
