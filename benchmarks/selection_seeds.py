@@ -29,14 +29,6 @@ from benchmarks import demo_runs
 RULES = ("dev_loss", "dev_bleu4", "dev_cider")
 
 
-def _exported_weights(model_run_dir: str) -> dict:
-    """The phase and 1-based epoch of the weights the Trainer exported (its history file)."""
-    from components import example_format
-
-    with open(os.path.join(model_run_dir, example_format.HISTORY_FILE), encoding="utf-8") as stream:
-        return json.load(stream)["exported_weights"]
-
-
 def measure(output_dir: str, seed: int, rule: str, work_dir: str) -> dict:
     from components import config as config_lib
     from components.trainer import run_fn
@@ -52,7 +44,7 @@ def measure(output_dir: str, seed: int, rule: str, work_dir: str) -> dict:
                            os.path.join(work_dir, "backup"))
     train_s = time.monotonic() - started
     return {"seed": seed, "rule": rule, "epochs": len(history["loss"]),
-            "kept_epoch": _exported_weights(os.path.join(work_dir, "run"))["epoch"],
+            "kept_epoch": history["exported_weights"]["epoch"],
             "train_s": round(train_s, 1),
             **demo_runs.model_scores(os.path.join(work_dir, "serving"), examples, base.evaluation)}
 

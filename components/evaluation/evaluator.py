@@ -184,15 +184,16 @@ def run_evaluation(examples_uri: str, model_uri: str, model_run_uri: str, evalua
         baseline = tf.saved_model.load(baseline_model_uri) if baseline_model_uri else None
         splits = evaluate_model(saved_model, examples_uri, settings, baseline, meteor)
     blessed, reasons = blessing_decision(splits, settings, evaluated_again)
+    history = report.training_history(model_run_uri)
     document = {"blessed": blessed, "reasons": reasons, "bless_split": settings.bless_split,
                 "bless_metric": settings.bless_metric, "beam_width": settings.beam_width,
                 "baseline_model": baseline_model_uri or None, "splits": splits,
                 # Which training phase and epoch produced the evaluated weights.
-                "exported_weights": report.training_history(model_run_uri).get("exported_weights")}
+                "exported_weights": history.get("exported_weights")}
     tf.io.gfile.makedirs(evaluation_uri)
     with tf.io.gfile.GFile(os.path.join(evaluation_uri, METRICS_FILE), "w") as stream:
         json.dump(document, stream, indent=2)
-    report_path = report.write_report(document, model_run_uri, examples_uri, pipeline_config,
+    report_path = report.write_report(document, history, model_run_uri, examples_uri, pipeline_config,
                                       os.path.join(evaluation_uri, REPORT_FILE))
     logging.info("Caption metrics (beam width %d):\n%s", settings.beam_width, metrics_table(splits))
     logging.info("Model %s: %s", "BLESSED" if blessed else "NOT BLESSED", "; ".join(reasons))

@@ -237,10 +237,10 @@ table.metrics td:first-child { text-align: left; }
 </style>"""
 
 
-def write_report(document: dict, model_run_uri: str, examples_uri: str,
+def write_report(document: dict, history: dict, model_run_uri: str, examples_uri: str,
                  pipeline_config: config_lib.PipelineConfig, path: str) -> str:
-    """Renders the page to ``path`` and returns it."""
-    history = training_history(model_run_uri)
+    """Renders the page to ``path`` and returns it (``history``: the Trainer's
+    :func:`training_history`)."""
     verdict = "BLESSED" if document["blessed"] else "NOT BLESSED"
     parts: List[str] = [
         "<!DOCTYPE html><html><head><meta charset=\"utf-8\">",

@@ -174,7 +174,8 @@ def op_determinism(enabled: bool):
 def train(pipeline_config: config_lib.PipelineConfig, train_files: List[str], eval_files: List[str],
           transform_output_dir: str, model_run_dir: str, serving_model_dir: str,
           backup_directory: str, extra_callbacks=()) -> dict:
-    """Trains and writes the model; returns the history. Used by ``run_fn`` and tests."""
+    """Trains and writes the model; returns what ``history.json`` holds: the history per epoch
+    and ``exported_weights`` (the phase and 1-based epoch of the exported weights)."""
     with op_determinism(pipeline_config.trainer.deterministic):
         return _train(pipeline_config, train_files, eval_files, transform_output_dir, model_run_dir,
                       serving_model_dir, backup_directory, extra_callbacks)
@@ -255,8 +256,9 @@ def _train(pipeline_config, train_files, eval_files, transform_output_dir, model
         if scst_history["best_epoch"]:
             exported_weights = {"phase": "self_critical", "epoch": scst_history["best_epoch"]}
 
-    _write_model(model, {**history, "exported_weights": exported_weights}, facts, pipeline_config,
-                 transform_output_dir, model_run_dir, serving_model_dir)
+    history["exported_weights"] = exported_weights
+    _write_model(model, history, facts, pipeline_config, transform_output_dir, model_run_dir,
+                 serving_model_dir)
     if tf.io.gfile.exists(scst_directory):
         tf.io.gfile.rmtree(scst_directory)
     return history

@@ -309,7 +309,7 @@ def test_selecting_on_dev_bleu4_scores_greedy_dev_captions_each_epoch_and_keeps_
     assert all(0.0 <= value <= 1.0 for value in history["val_bleu4"])
     saved = json.loads((tmp_path / "run" / example_format.HISTORY_FILE).read_text())
     assert saved["val_bleu4"] == history["val_bleu4"]
-    assert saved["exported_weights"] == {
+    assert saved["exported_weights"] == history["exported_weights"] == {
         "phase": "cross_entropy", "epoch": int(np.argmax(history["val_bleu4"])) + 1}
 
 
