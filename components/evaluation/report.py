@@ -203,7 +203,8 @@ def _training_charts(history: dict) -> List[str]:
         "self-critical loss": [*before, *history.get("scst_loss", [])]},
         boundary=cross_entropy_epochs, last_epoch=last_epoch)
     cider = _line_chart(f"dev CIDEr-D per epoch{kept}", {
-        # Measured each cross-entropy epoch only when trainer.select_on needs it.
+        # Measured each cross-entropy epoch when a self-critical phase follows (a history from
+        # before that has NaN there).
         "dev CIDEr-D": [*history.get("val_cider", [float("nan")] * cross_entropy_epochs),
                         history["dev_cider_before"], *history["dev_cider"]],
         "train sample reward": [*before, *history["scst_reward"]]},

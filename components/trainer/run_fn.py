@@ -344,8 +344,11 @@ def _cross_entropy_phase(trainer, model, training_model, max_caption_length, tra
         return history
     progress = EpochProgress(trainer.epochs, steps_per_epoch)
     stopping = early_stopping(trainer)
-    dev_metrics = [] if trainer.select_on == "dev_loss" else [dev_scores.DevCaptionMetrics(
-        dev_scores.DevCaptionScorer(model, max_caption_length, eval_dataset, validation_steps))]
+    # Dev captions are decoded each epoch when selection needs them, or when a self-critical
+    # phase follows, so that its dev CIDEr-D curve starts at epoch 1.
+    measures_dev_captions = trainer.select_on != "dev_loss" or trainer.scst_epochs > 0
+    dev_metrics = [dev_scores.DevCaptionMetrics(dev_scores.DevCaptionScorer(
+        model, max_caption_length, eval_dataset, validation_steps))] if measures_dev_captions else []
     callbacks = [
         keras.callbacks.BackupAndRestore(backup_directory),
         keras.callbacks.TerminateOnNaN(),

@@ -103,6 +103,8 @@ def test_scst_phase_on_two_replicas_scores_dev_each_epoch_and_exports_its_best_w
     assert set(rewarded) == {(1, 3)} and len(rewarded) == 2 * 24 * 2
     printed = capsys.readouterr().out
     assert len(history["loss"]) == 3 and len(history["dev_cider"]) == 2
+    # The dev CIDEr-D curve covers both phases: each cross-entropy epoch is scored too.
+    assert len(history["val_cider"]) == 3 and all(np.isfinite(history["val_cider"]))
     assert len(history["scst_reward"]) == 2 and all(np.isfinite(history["scst_loss"]))
     assert "self-critical phase: dev CIDEr-D" in printed and "SCST epoch 2/2" in printed
     saved = _history_file(tmp_path)
