@@ -70,10 +70,10 @@ DEMO_SETTINGS = {
     "data.demo_split_fractions": "0.6,0.25,0.15",
     "transform.vocab_frequency_threshold": "1",
     "trainer.epochs": "20",
-    "trainer.per_replica_batch_size": "8",
+    "trainer.per_replica_batch_size": "32",
     "trainer.warmup_steps": "5",
     "trainer.learning_rate": "0.003",
-    "trainer.learning_rate_batch_size": "8",  # one CPU replica: the rate as given
+    "trainer.learning_rate_batch_size": "32",  # one CPU replica: the rate as given
     "trainer.image_dense_units": "128,64",
     "trainer.lstm_units": "128",
     "trainer.second_lstm_units": "64",
